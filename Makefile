@@ -1,0 +1,53 @@
+# gpuops.sglang - two commands on a fresh machine:
+#   make demo   relaunch the embedded default (a simulated 8-GPU host on this machine)
+#   make test   every test: lint, ansible-test sanity, unit + integration, molecule through real LXC
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV := .venv
+BIN := $(VENV)/bin
+WORK := .work
+SIM_HOST := $(WORK)/simhost
+COLLECTION_COPY := build/ansible_collections/gpuops/sglang
+
+.PHONY: demo test venv lint sanity pytest molecule build sim-host clean
+.DEFAULT_GOAL := test
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements/requirements.txt requirements/constraints.txt scripts/find-python.sh
+	python=$$(scripts/find-python.sh); \
+	[ -x $(BIN)/python ] || "$$python" -m venv $(VENV); \
+	$(BIN)/python -m pip install -q --upgrade pip; \
+	$(BIN)/python -m pip install -q -r requirements/requirements.txt -c requirements/constraints.txt
+	touch $@
+
+# The simulated GPU host of inventories/local: 8 fake H200s and a hybrid Mamba model directory.
+sim-host: venv
+	$(BIN)/python tests/simulator/fakegpu.py init $(SIM_HOST)/gpu --count 8
+	$(BIN)/python tests/simulator/sglang_sim.py --make-model $(SIM_HOST)/models/Qwen3-Next-80B-A3B-Instruct \
+	  --arch Qwen3NextForCausalLM --hybrid-mamba --shards 8
+
+demo: sim-host
+	$(BIN)/ansible-playbook playbooks/relaunch.yml
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --profile production
+
+# ansible-test wants the collection under ansible_collections/<ns>/<name>; copy the files git knows about.
+sanity: venv
+	rm -rf build/ansible_collections
+	mkdir -p $(COLLECTION_COPY)
+	git ls-files -co --exclude-standard -z | grep -zv '^collections/' | xargs -0 cp --parents -t $(COLLECTION_COPY)
+	$(BIN)/python scripts/ansible_test_get_pip.py
+	cd $(COLLECTION_COPY) && PATH=$(CURDIR)/$(BIN):$$PATH ansible-test sanity --local --requirements --python 3.12
+
+pytest: venv
+	$(BIN)/pytest tests
+
+build: venv
+	$(BIN)/ansible-galaxy collection build --force --output-path build/
+
+test: lint sanity pytest build
+
+clean:
+	rm -rf build $(WORK)
