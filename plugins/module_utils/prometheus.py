@@ -1,0 +1,79 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsing the Prometheus text exposition format served by SGLang's ``/metrics`` (``--enable-metrics``)."""
+
+import re
+
+# name{label="value",...} value [timestamp]; a quoted label value may hold "}", "," and escapes.
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>(?:[^\"}]|\"(?:[^\"\\]|\\.)*\")*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+(?P<timestamp>-?\d+))?\s*$"
+)
+_LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*\"((?:[^\"\\]|\\.)*)\"\s*,?")
+_ESCAPE = re.compile(r"\\(.)")
+
+# Gauges reported by sglang_gauges(). Counts add up over data-parallel ranks; ratios are given for
+# the fullest rank, since that is the one that limits the server.
+SUMMED_GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput", "max_total_num_tokens")
+RATIO_GAUGES = ("token_usage", "mamba_usage", "cache_hit_rate")
+# `sglang:` is SGLang's own prefix; exporters that sanitise names (e.g. gRPC sidecars) write `sglang_`.
+_PREFIXES = ("sglang:", "sglang_")
+
+
+def _unescape(value):
+    return _ESCAPE.sub(lambda escaped: "\n" if escaped.group(1) == "n" else escaped.group(1), value)
+
+
+def parse_metrics(text):
+    """Parse exposition text into ``{sample_name: [{"labels": {...}, "value": float}]}``.
+
+    Histogram and summary series keep their sample names (``*_bucket``, ``*_sum``, ``*_count``);
+    ``+Inf``, ``-Inf`` and ``NaN`` become floats; a sample timestamp (ms) is kept as ``timestamp``.
+    HELP/TYPE/comment lines and lines that are not samples are skipped.
+    """
+    metrics = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        sample = _SAMPLE.match(line)
+        if not sample:
+            continue
+        try:
+            value = float(sample.group("value"))
+        except ValueError:
+            continue
+        labels = {name: _unescape(raw) for name, raw in _LABEL.findall(sample.group("labels") or "")}
+        entry = {"labels": labels, "value": value}
+        if sample.group("timestamp"):
+            entry["timestamp"] = int(sample.group("timestamp"))
+        metrics.setdefault(sample.group("name"), []).append(entry)
+    return metrics
+
+
+def _per_dp_rank(samples):
+    # With --enable-metrics-for-all-schedulers every TP rank of a DP group reports the same batch:
+    # keep the lowest tp_rank of each dp_rank so nothing is counted twice.
+    chosen = {}
+    for sample in samples:
+        labels = sample["labels"]
+        dp_rank = labels.get("dp_rank", "0")
+        tp_rank = int(labels.get("tp_rank", "0") or 0)
+        if dp_rank not in chosen or tp_rank < chosen[dp_rank][0]:
+            chosen[dp_rank] = (tp_rank, sample["value"])
+    return [value for _tp_rank, value in chosen.values()]
+
+
+def sglang_gauges(text):
+    """Current SGLang gauges from ``/metrics`` text, keyed without the ``sglang:`` prefix (None if absent)."""
+    metrics = parse_metrics(text)
+    gauges = {}
+    for name in SUMMED_GAUGES + RATIO_GAUGES:
+        samples = next((metrics[prefix + name] for prefix in _PREFIXES if prefix + name in metrics), None)
+        if not samples:
+            gauges[name] = None
+            continue
+        values = _per_dp_rank(samples)
+        gauges[name] = sum(values) if name in SUMMED_GAUGES else max(values)
+    return gauges

@@ -1,0 +1,437 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsing SGLang server logs (stdout+stderr of ``sglang.launch_server``) into phase, progress and facts.
+
+Both log dialects are understood: "classic" (up to about v0.5.10) and "new" (2026 nightlies, v0.5.23).
+A line is first normalised (ANSI colours and a ``name-1  | `` container prefix removed, then the
+``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0 TP0 EP0...)]`` logging prefix split off), then matched against
+``RULES``, a table of (regex, phase, handler). Python tracebacks, which span many unprefixed lines,
+are collected by a small state machine beside the table.
+
+``LogState`` is incremental: feeding a log in arbitrary chunks gives the same result as
+``parse_log`` on the whole text, so a waiter can follow a growing log with ``LogFollower``.
+"""
+
+import codecs
+import collections
+import copy
+import os
+import re
+
+PHASES = (
+    "launching",
+    "initializing",
+    "loading_weights",
+    "allocating_memory",
+    "capturing_cuda_graph",
+    "warming_up",
+    "ready",
+    "crashed",
+    "stopping",
+)
+STARTUP_PHASES = PHASES[:PHASES.index("ready")]
+_PHASE_RANK = {phase: rank for rank, phase in enumerate(PHASES)}
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# `docker compose logs` / `up` prefixes every line with the padded service name: "llm0-1  | ".
+_CONTAINER_PREFIX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| ")
+# SGLang's logging format: "[%(asctime)s{.msecs}{ DP0 PP0 ATTN_CP0 MOE_DP0 TP0 EP0}] message".
+_LOG_PREFIX = re.compile(
+    r"^\[(?P<timestamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
+    r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?(?P<message>.*)$"
+)
+_RANK = re.compile(r"([A-Z_]+?)(\d+)")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+# tqdm bars (stderr, no logging prefix). Weight loading uses a fixed BAR_FORMAT with several
+# descriptions; graph capture uses the default format with "Capturing batches/num tokens (...)".
+WEIGHTS_BAR = re.compile(r"^(?P<desc>[^:|]+): +\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)\b")
+CUDA_GRAPH_BAR = re.compile(r"^Capturing [^:|]*: *\d+%\|[^|]*\| *(?P<done>\d+)/(?P<total>\d+)\b")
+# What a shell prints when the server dies by SIGKILL ("Killed" or "script: line 9: 123 Killed  cmd").
+SHELL_KILLED = re.compile(r"^(?:.*: line \d+: +\d+ )?Killed(?:\s|$)")
+# Unprefixed output that stands on its own and therefore ends an open traceback.
+_STANDALONE_OUTPUT = (WEIGHTS_BAR, CUDA_GRAPH_BAR, SHELL_KILLED)
+
+_TRACEBACK_START = "Traceback (most recent call last):"
+# Sentences Python prints between the parts of a chained traceback.
+_TRACEBACK_CHAIN = re.compile(
+    r"^(?:During handling of the above exception, another exception occurred:"
+    r"|The above exception was the direct cause of the following exception:)$"
+)
+
+# Lines only one dialect writes; a "new" marker wins because early 2026 nightlies mixed both.
+_DIALECT_MARKERS = (
+    (re.compile(r"^server_args=\{"), "new"),
+    (re.compile(r"^Init parallel begin"), "new"),
+    (re.compile(r"^Memory baseline taken"), "new"),
+    (re.compile(r"^Capture (?:target|draft) \w+ CUDA graph"), "new"),
+    (re.compile(r"KV Cache is allocated\. dtype: "), "new"),
+    (re.compile(r"^Engine startup timings"), "new"),
+    (re.compile(r"^Tree cache initialized"), "new"),
+    (re.compile(r"^server_args=ServerArgs\("), "classic"),
+    (re.compile(r"^Init torch distributed begin"), "classic"),
+    (re.compile(r"^Load weight end\..*\bdtype="), "classic"),
+    (re.compile(r"^Capture (?:[\w ]+ )?(?:cuda|cpu|npu) graph begin"), "classic"),
+)
+
+# Fields of "Load weight end. [elapsed=12.02 s, ]type=..., [dtype=..., ][quant=..., ]avail mem=.. GB,
+# mem usage=.. GB." and of "Draft model loaded. type=..., mem usage=.. GB".
+_WEIGHT_FIELDS = (
+    ("seconds", re.compile(r"\belapsed=([\d.]+) ?s\b"), float),
+    ("type", re.compile(r"\btype=([\w.]+)"), str),
+    ("dtype", re.compile(r"\bdtype=([\w.]+)"), str),
+    ("quant", re.compile(r"\bquant=([\w.]+)"), str),
+    ("avail_mem", re.compile(r"\bavail mem=([\d.]+) ?GB"), float),
+    ("mem_usage", re.compile(r"\bmem usage=([\d.]+) ?GB"), float),
+)
+# "Capture cuda graph end. Time elapsed: 35.20 s. mem usage=2.10 GB. ..." (classic) or
+# "Capture target decode CUDA graph end. bs=[...], elapsed=1.56 s, mem usage=0.38 GB, ..." (new).
+_CAPTURE_SECONDS = re.compile(r"(?:Time elapsed: |\belapsed=)([\d.]+) ?s\b")
+_CAPTURE_MEM_USAGE = re.compile(r"\bmem usage=([\d.]+) ?GB")
+_KV_FIELDS = (
+    ("kv_cache_tokens", re.compile(r"#tokens: (\d+)"), int),
+    ("kv_cache_dtype", re.compile(r"\bdtype: ([\w.]+)"), str),
+)
+_KV_SIZES = re.compile(r"\b(?:K|V|KV) size: ([\d.]+) ?GB")
+_MAMBA_SIZES = re.compile(r"\b(\w+) size: ([\d.]+) ?GB")
+_NUMBER_ASSIGNMENT = re.compile(r"\b(\w+)=(-?\d+(?:\.\d+)?)")
+
+
+def _number(text):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _set_fact(state, record, key, value):
+    # Every rank logs its own copy: rank 0's value wins, else the first one reported.
+    primary = _is_primary_rank(record.ranks)
+    if key not in state.facts or (primary and key not in state._primary_facts):
+        state.facts[key] = value
+        if primary:
+            state._primary_facts.add(key)
+
+
+def _is_primary_rank(ranks):
+    return all(index == 0 for index in ranks.values())
+
+
+def _on_weights_bar(state, match, record):
+    state.progress["weights"] = {"done": int(match.group("done")), "total": int(match.group("total"))}
+
+
+def _on_cuda_graph_bar(state, match, record):
+    state.progress["cuda_graph"] = {"done": int(match.group("done")), "total": int(match.group("total"))}
+
+
+def _record_weight_facts(state, record, prefix):
+    for name, pattern, convert in _WEIGHT_FIELDS:
+        found = pattern.search(record.message)
+        if found:
+            _set_fact(state, record, prefix + "weight_load_" + name, convert(found.group(1)))
+
+
+def _on_load_weight_end(state, match, record):
+    # With speculative decoding each rank loads the target first and the draft model second.
+    rank_key = tuple(sorted(record.ranks.items()))
+    loads_before = state._weight_loads[rank_key]
+    state._weight_loads[rank_key] += 1
+    _record_weight_facts(state, record, "draft_" if loads_before else "")
+
+
+def _on_draft_model_loaded(state, match, record):
+    _record_weight_facts(state, record, "draft_")
+
+
+def _on_kv_cache(state, match, record):
+    for key, pattern, convert in _KV_FIELDS:
+        found = pattern.search(record.message)
+        if found:
+            _set_fact(state, record, key, convert(found.group(1)))
+    sizes = [float(size) for size in _KV_SIZES.findall(record.message)]
+    if sizes:
+        _set_fact(state, record, "kv_cache_size_gb", round(sum(sizes), 2))
+
+
+def _on_kv_cache_dtype(state, match, record):
+    _set_fact(state, record, "kv_cache_dtype", match.group(1))
+
+
+def _on_mamba_cache(state, match, record):
+    _set_fact(state, record, "max_mamba_cache_size", int(match.group(1)))
+    # "conv_state size: 1.20GB, ssm_state size: 30.00GB [intermediate_ssm_state_cache size: ...GB ...]"
+    for name, size in _MAMBA_SIZES.findall(record.message):
+        _set_fact(state, record, f"mamba_{name}_gb", float(size))
+
+
+def _on_capture_end(state, match, record):
+    # Several graphs may be captured (piecewise, decode, draft); rank 0's totals are reported.
+    if not _is_primary_rank(record.ranks):
+        return
+    prefix = "draft_" if "draft" in match.group(0) else ""
+    for key, pattern in (("cuda_graph_seconds", _CAPTURE_SECONDS), ("cuda_graph_mem_usage", _CAPTURE_MEM_USAGE)):
+        found = pattern.search(record.message)
+        if found:
+            key = prefix + key
+            state.facts[key] = round(state.facts.get(key, 0.0) + float(found.group(1)), 2)
+
+
+def _on_scheduler_summary(state, match, record):
+    # "max_total_num_tokens=.., chunked_prefill_size=.., max_prefill_tokens=.., max_running_requests=..,
+    # context_len=.., available_gpu_mem=.. GB" (available_cpu_mem on CPU); newer versions add keys.
+    for key, value in _NUMBER_ASSIGNMENT.findall(record.message):
+        _set_fact(state, record, key, _number(value))
+
+
+def _on_startup_timings(state, match, record):
+    # "load_weight=12.01, kv_cache_allocation=0.52, scheduler_e2e=60.10, cuda_graph={...}, tokenizer_e2e=65.82";
+    # the cuda_graph part maps capture phases to seconds ("decode=35.12" or "'decode': 35.12").
+    body = match.group(1)
+    timings = {}
+    graph = re.search(r"cuda_graph=\{([^}]*)\}", body)
+    if graph:
+        body = body.replace(graph.group(0), "")
+        timings["cuda_graph"] = {
+            name: float(seconds)
+            for name, seconds in re.findall(r"['\"]?(\w+)['\"]?\s*[:=]\s*([\d.]+)", graph.group(1))
+        }
+    timings.update((key, float(value)) for key, value in _NUMBER_ASSIGNMENT.findall(body))
+    _set_fact(state, record, "startup_timings", timings)
+
+
+def _on_crash_marker(state, match, record):
+    if state.error is None:
+        state.error = {"summary": record.message, "traceback": None}
+
+
+Rule = collections.namedtuple("Rule", ["pattern", "phase", "handler"])
+
+
+def _rule(pattern, phase=None, handler=None):
+    return Rule(pattern if hasattr(pattern, "search") else re.compile(pattern), phase, handler)
+
+
+# Every matching rule applies, in this order. Patterns are searched in the message (prefix removed).
+RULES = (
+    _rule(r"^server_args=", "initializing"),
+    _rule(r"^Init (?:torch distributed|parallel) begin", "initializing"),
+    _rule(r"^Load weight begin", "loading_weights"),
+    _rule(WEIGHTS_BAR, "loading_weights", _on_weights_bar),
+    _rule(r"^Load weight end\.", None, _on_load_weight_end),
+    _rule(r"^Draft model loaded\.", None, _on_draft_model_loaded),
+    _rule(r"^Using KV cache dtype: ([\w.]+)", "allocating_memory", _on_kv_cache_dtype),
+    _rule(r"^The available memory for KV cache is", "allocating_memory"),
+    _rule(r"^Mamba Cache is allocated\. max_mamba_cache_size: (\d+)", "allocating_memory", _on_mamba_cache),
+    _rule(r"\bKV Cache (?:is allocated|VA upper bound)", "allocating_memory", _on_kv_cache),
+    _rule(r"^SWAKVPool mem usage", "allocating_memory"),
+    _rule(r"^Memory pool end", "allocating_memory"),
+    # "Capture cuda graph begin", "Capture npu graph begin.", "Capture piecewise CUDA graph begin",
+    # "Capture draft extend cuda graph begin", "Capture target decode CUDA graph begin. backend=full, ..."
+    _rule(re.compile(r"^Capture [\w ]*?graph begin", re.IGNORECASE), "capturing_cuda_graph"),
+    _rule(CUDA_GRAPH_BAR, "capturing_cuda_graph", _on_cuda_graph_bar),
+    _rule(re.compile(r"^Capture [\w ]*?graph end", re.IGNORECASE), None, _on_capture_end),
+    _rule(r"^max_total_num_tokens=\d+", "warming_up", _on_scheduler_summary),
+    _rule(r"^INFO: +(?:Uvicorn running on|Application startup complete)", "warming_up"),
+    _rule(r"^Engine startup timings \(s\): (.*)$", None, _on_startup_timings),
+    _rule(r"^The server is fired up and ready to roll!", "ready"),
+    # ~v0.4.2 spelled it "child proces."; v0.5.23's watchdog path says "SIGQUIT received. ...".
+    _rule(r"^Received sigquit from a child proces", "crashed", _on_crash_marker),
+    _rule(r"^SIGQUIT received\..*It usually means one child failed", "crashed", _on_crash_marker),
+    _rule(r"Scheduler hit an exception", "crashed", _on_crash_marker),
+    _rule(r"\bRank \d+ scheduler (?:died during initialization|is dead)", "crashed", _on_crash_marker),
+    _rule(r"^Initialization failed", "crashed", _on_crash_marker),
+    _rule(r"^Subprocess \S+ \(pid=\d+\) crashed with exit code", "crashed", _on_crash_marker),
+    _rule(r"^Child process unexpectedly failed with an exit code", "crashed", _on_crash_marker),
+    _rule(r"^TokenizerManager hit an exception", "crashed", _on_crash_marker),
+    _rule(SHELL_KILLED, "crashed", _on_crash_marker),
+    # argparse rejecting a flag: "launch_server.py: error: unrecognized arguments: --tp-szie 2".
+    _rule(r"^[\w. /-]+: error: ", "crashed", _on_crash_marker),
+    _rule(r"^SIGTERM received\..*Draining requests and shutting down", "stopping"),
+    _rule(r"^Gracefully exiting", "stopping"),
+    _rule(r"^Signal SIGTERM received while .*Force exiting", "stopping"),
+)
+
+LogRecord = collections.namedtuple("LogRecord", ["line", "timestamp", "ranks", "message"])
+
+
+def parse_record(raw_line):
+    """Split one physical line into a ``LogRecord`` (timestamp None and ranks {} when unprefixed)."""
+    line = _CONTAINER_PREFIX.sub("", _ANSI_ESCAPE.sub("", raw_line), count=1).rstrip()
+    prefixed = _LOG_PREFIX.match(line)
+    if not prefixed:
+        return LogRecord(line, None, {}, line)
+    ranks = {name: int(index) for name, index in _RANK.findall(prefixed.group("ranks"))}
+    return LogRecord(line, prefixed.group("timestamp"), ranks, prefixed.group("message"))
+
+
+def split_lines(text):
+    """Split on ``\\n``, ``\\r\\n`` and tqdm's ``\\r``; return (complete lines, unterminated rest).
+
+    A trailing ``\\r`` stays in the rest: it may be the first half of a ``\\r\\n`` split across reads.
+    """
+    pieces = _LINE_BREAK.split(text)
+    rest = pieces.pop()
+    if text.endswith("\r"):
+        rest = pieces.pop() + "\r"
+    return pieces, rest
+
+
+class LogState:
+    """Incremental SGLang log parser; ``as_dict()`` gives the current view."""
+
+    def __init__(self):
+        self.phase = "launching"
+        self.progress = {"weights": None, "cuda_graph": None}
+        self.facts = {}
+        self.error = None
+        self.last_line = None
+        self.timeline = []
+        self.log_format = None
+        self._pending = ""
+        self._weight_loads = collections.Counter()
+        self._primary_facts = set()
+        # Open traceback: its lines, its state ("frames" | "exception") and the record that started it.
+        self._traceback = None
+        self._traceback_state = None
+        self._traceback_origin = None
+        # The traceback (list of lines) that `error` describes; None while it comes from a crash marker.
+        self._error_traceback = None
+
+    def feed_text(self, text):
+        """Feed a chunk of log text; an unterminated last line waits for the next chunk or ``flush()``."""
+        lines, self._pending = split_lines(self._pending + text)
+        for line in lines:
+            self.feed_line(line)
+
+    def flush(self):
+        """Parse a pending unterminated line (end of input)."""
+        pending, self._pending = self._pending.rstrip("\r"), ""
+        if pending:
+            self.feed_line(pending)
+
+    def feed_line(self, line):
+        record = parse_record(line)
+        if self._traceback is not None and self._continues_traceback(record):
+            self._add_traceback_line(record)
+        else:
+            self._traceback = None
+            if record.message:
+                self._apply_rules(record)
+        if record.line.strip():
+            self.last_line = record.line
+
+    def _apply_rules(self, record):
+        message = record.message
+        for pattern, dialect in _DIALECT_MARKERS:
+            if pattern.search(message) and self.log_format != "new":
+                self.log_format = dialect
+        for rule in RULES:
+            match = rule.pattern.search(message)
+            if match:
+                if rule.phase:
+                    self._enter(rule.phase, record)
+                if rule.handler:
+                    rule.handler(self, match, record)
+        start = message.find(_TRACEBACK_START)
+        if start >= 0:
+            self._traceback = [message[start:]]
+            self._traceback_state = "frames"
+            self._traceback_origin = record
+
+    def _continues_traceback(self, record):
+        if record.timestamp is not None:
+            return False
+        return not any(pattern.search(record.message) for pattern in _STANDALONE_OUTPUT)
+
+    def _add_traceback_line(self, record):
+        text = record.line
+        self._traceback.append(text)
+        if text.startswith(_TRACEBACK_START) or _TRACEBACK_CHAIN.match(text):
+            self._traceback_state = "frames"
+        elif self._traceback_state == "frames" and text.strip() and not text[0].isspace():
+            # The first unindented line after the frames is the exception ("RuntimeError: ...").
+            self._traceback_state = "exception"
+            self._on_exception_line(text)
+        elif self._traceback_state == "exception" and self._error_traceback is self._traceback:
+            # Continuation of a multi-line message, e.g. the "Possible solutions:" block.
+            self.error["traceback"] = "\n".join(self._traceback).rstrip()
+
+    def _on_exception_line(self, text):
+        # The first traceback explains a crash; later ones (other ranks, the parent) are consequences.
+        # A crash marker seen before it (the parent's "Received sigquit" often comes first) is replaced,
+        # and so is the earlier exception of a chained traceback.
+        if self._error_traceback is None or self._error_traceback is self._traceback:
+            self.error = {"summary": text.strip(), "traceback": "\n".join(self._traceback).rstrip()}
+            self._error_traceback = self._traceback
+        # A traceback after startup (e.g. one failed request) does not by itself mean the server died.
+        if self.phase in STARTUP_PHASES:
+            self._enter("crashed", self._traceback_origin._replace(line=text))
+
+    def _enter(self, phase, record):
+        current = self.phase
+        if current == phase or current in ("crashed", "stopping"):
+            return
+        if phase not in ("crashed", "stopping") and _PHASE_RANK[phase] < _PHASE_RANK[current]:
+            return
+        self.phase = phase
+        self.timeline.append({"phase": phase, "timestamp": record.timestamp, "line": record.line})
+
+    def as_dict(self):
+        return {
+            "phase": self.phase,
+            "progress": {name: dict(value) if value else None for name, value in self.progress.items()},
+            "facts": copy.deepcopy(self.facts),
+            "error": dict(self.error) if self.error else None,
+            "last_line": self.last_line,
+            "timeline": [dict(entry) for entry in self.timeline],
+            "log_format": self.log_format,
+        }
+
+
+def parse_log(text):
+    """Parse a whole log text; see ``LogState.as_dict()`` for the result."""
+    state = LogState()
+    state.feed_text(text)
+    state.flush()
+    return state.as_dict()
+
+
+class LogFollower:
+    """Reads the lines appended to a log file since the previous call.
+
+    An unterminated last line is kept until it is completed. When the file is replaced (another
+    inode, e.g. rotated to ``.1`` at relaunch) or shrinks (truncated), reading restarts at offset 0.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = 0
+        self._identity = None
+        self._pending = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def read_new(self):
+        """Return the complete lines appended since the last call ([] while the file does not exist)."""
+        try:
+            with open(self.path, "rb") as handle:
+                data = self._read_from_offset(handle)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        self.offset += len(data)
+        lines, self._pending = split_lines(self._pending + self._decoder.decode(data))
+        return lines
+
+    def _read_from_offset(self, handle):
+        stat = os.fstat(handle.fileno())
+        identity = (stat.st_dev, stat.st_ino)
+        if identity != self._identity or stat.st_size < self.offset:
+            self._restart(identity)
+        handle.seek(self.offset)
+        return handle.read()
+
+    def _restart(self, identity):
+        self._identity = identity
+        self.offset = 0
+        self._pending = ""
+        self._decoder.reset()
