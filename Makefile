@@ -33,11 +33,13 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --profile production
 
-# ansible-test wants the collection under ansible_collections/<ns>/<name>; copy the files git knows about.
+# ansible-test wants the collection under ansible_collections/<ns>/<name>; copy the files git knows about
+# into a repository of their own (inside ours, build/ is ignored and ansible-test would see no files).
 sanity: venv
 	rm -rf build/ansible_collections
 	mkdir -p $(COLLECTION_COPY)
 	git ls-files -co --exclude-standard -z | grep -zv '^collections/' | xargs -0 cp --parents -t $(COLLECTION_COPY)
+	cd $(COLLECTION_COPY) && git init -q && git add -A
 	$(BIN)/python scripts/ansible_test_get_pip.py
 	cd $(COLLECTION_COPY) && PATH=$(CURDIR)/$(BIN):$$PATH ansible-test sanity --local --requirements --python 3.12
 

@@ -14,13 +14,20 @@ import ansible_test
 STAND_IN = '''\
 """get-pip.py stand-in written by gpuops.sglang (scripts/ansible_test_get_pip.py)."""
 import ensurepip
+import os
+import ssl
 import subprocess
 import sys
 
 ensurepip.bootstrap(upgrade=True)
 # get-pip.py options that "pip install" does not know.
 args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
-subprocess.check_call([sys.executable, "-m", "pip", "install", *args])
+# ansible-test runs pip with a reduced environment (no PIP_CERT); ensurepip's older pip then does not trust
+# a site CA that the system store has. The pinned pip installed here uses the system store (truststore).
+paths = ssl.get_default_verify_paths()
+cafile = next((p for p in (os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile)
+               if p and os.path.exists(p)), None)
+subprocess.check_call([sys.executable, "-m", "pip", "install", *(["--cert", cafile] if cafile else []), *args])
 '''
 
 
