@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: launch_scripts
+short_description: Write a GPU host's SGLang launch scripts in one call
+description:
+  - Writes a set of launch scripts rendered on the controller (role C(gpuops.sglang.launch_scripts))
+    atomically, and reports which of them changed.
+  - One module call for all servers of a host, because every call through
+    C(community.proxmox.proxmox_pct_remote) costs several C(pct exec) round trips.
+  - Before writing anything it checks that O(required_paths) (model directories) exist, so a typo in a
+    model path fails without touching the host.
+version_added: 1.0.0
+author: gpuops.sglang contributors
+options:
+  scripts:
+    description: The scripts to write.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Server name, used as key of the results.
+        type: str
+        required: true
+      path:
+        description: Absolute path of the script. Missing parent directories are created.
+        type: path
+        required: true
+      content:
+        description: Full content of the script.
+        type: str
+        required: true
+  mode:
+    description: Permissions of every script. The default keeps API keys readable by the owner only.
+    type: raw
+    default: "0700"
+  directory_mode:
+    description: Permissions of parent directories the module creates.
+    type: raw
+    default: "0755"
+  required_paths:
+    description: Paths that must exist on the host before any script is written (model directories).
+    type: list
+    elements: path
+    default: []
+  secrets:
+    description:
+      - Values hidden from every output of the module (diff, invocation), e.g. the API key.
+      - Values of C(--api-key) and C(--admin-api-key) are always hidden in diffs, also the previous ones.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Write all launch scripts of the host
+  gpuops.sglang.launch_scripts:
+    scripts:
+      - name: gpu0
+        path: /opt/gpuops-sglang/bin/gpu0.sh
+        content: "{{ lookup('ansible.builtin.template', 'launch.sh.j2') }}"
+    required_paths:
+      - /models/Qwen3-Next-80B-A3B-Instruct
+    secrets:
+      - "{{ sglang_api_key }}"
+"""
+
+RETURN = r"""
+changed_scripts:
+  description: Names of the scripts whose content or mode changed (or would change in check mode).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu0, gpu3]
+scripts:
+  description: Per script name, its path, whether it changed and the SHA-256 of its content.
+  returned: always
+  type: dict
+  sample: {gpu0: {path: /opt/gpuops-sglang/bin/gpu0.sh, changed: true, sha256: 3a7bd3e2...}}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
+    redact,
+    sync_file,
+)
+
+
+def _octal(module, name):
+    value = module.params[name]
+    try:
+        return int(value, 8) if isinstance(value, str) else int(value)
+    except ValueError:
+        module.fail_json(msg=f"{name} {value!r} is not an octal mode like 0700")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "scripts": {"type": "list", "elements": "dict", "required": True, "options": {
+                "name": {"type": "str", "required": True},
+                "path": {"type": "path", "required": True},
+                "content": {"type": "str", "required": True},
+            }},
+            "mode": {"type": "raw", "default": "0700"},
+            "directory_mode": {"type": "raw", "default": "0755"},
+            "required_paths": {"type": "list", "elements": "path", "default": []},
+            "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    mode, directory_mode = _octal(module, "mode"), _octal(module, "directory_mode")
+    scripts = module.params["scripts"]
+    names = [script["name"] for script in scripts]
+    paths = [script["path"] for script in scripts]
+    if len(set(names)) != len(names) or len(set(paths)) != len(paths):
+        module.fail_json(msg=f"script names and paths must be unique, got {', '.join(sorted(paths))}")
+    missing = [path for path in module.params["required_paths"] if not os.path.exists(path)]
+    if missing:
+        module.fail_json(msg=f"required path(s) missing on the host, nothing written: {', '.join(missing)}",
+                         missing_paths=missing)
+
+    results, diffs = {}, []
+    for script in scripts:
+        try:
+            plan = sync_file(script["path"], script["content"], mode, directory_mode, module.check_mode)
+        except OSError as error:
+            module.fail_json(msg=f"cannot write {script['path']}: {error}", scripts=results)
+        results[script["name"]] = {"path": script["path"], "changed": plan["changed"], "sha256": plan["sha256"]}
+        if plan["content_changed"] and module._diff:
+            diffs.append({
+                "before_header": script["path"] if plan["before"] is not None else f"{script['path']} (absent)",
+                "after_header": script["path"],
+                "before": redact(plan["before"] or "", module.params["secrets"]),
+                "after": redact(script["content"], module.params["secrets"]),
+            })
+    changed_scripts = [name for name in names if results[name]["changed"]]
+    module.exit_json(changed=bool(changed_scripts), changed_scripts=changed_scripts, scripts=results, diff=diffs)
+
+
+if __name__ == "__main__":
+    main()

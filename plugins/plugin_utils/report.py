@@ -1,0 +1,145 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller-side reports of the relaunch, status and stop jobs: per-host tables and user assertions."""
+
+from __future__ import annotations
+
+
+class ExpectationError(ValueError):
+    """A malformed expectation (not a failed one)."""
+
+
+def _table(header, rows):
+    """Left-aligned columns, as lines (a list reads well in every stdout callback)."""
+    cells = [header] + [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
+
+
+def _by_name(results):
+    return {result["name"]: result for result in results or []}
+
+
+def _gpus(server):
+    return ",".join(str(gpu) for gpu in server["gpus"])
+
+
+def _seconds(value):
+    return None if value is None else f"{value:.1f}"
+
+
+def _number(value):
+    """Gauges arrive as floats; counts read better without a trailing .0."""
+    if isinstance(value, float):
+        return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
+    return value
+
+
+def _percent(value):
+    return None if value is None else f"{100 * value:.0f}%"
+
+
+def relaunch_summary(servers, server_results, wait_results):
+    """One line per server: GPUs, port, what the server module did, readiness and what it configured."""
+    actions, waits = _by_name(server_results), _by_name(wait_results)
+    rows = []
+    for server in servers:
+        action = actions.get(server["name"], {}).get("action", "not relaunched")
+        waited = waits.get(server["name"])
+        if waited is None:
+            rows.append([server["name"], _gpus(server), server["port"], action, "skipped", None, None, None, None])
+            continue
+        facts = waited.get("facts") or {}
+        rows.append([server["name"], _gpus(server), server["port"], action, waited["status"],
+                     waited.get("phase"), _seconds(waited.get("seconds_to_ready")),
+                     facts.get("max_total_num_tokens"), facts.get("max_running_requests")])
+    ready = sum(1 for result in wait_results or [] if result["status"] == "ready")
+    header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", "max_total_num_tokens",
+              "max_running_requests"]
+    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
+
+
+def relaunch_failures(servers, wait_results):
+    """Why each server is not ready; servers of a halted batch were never waited for."""
+    waits = _by_name(wait_results)
+    failures = []
+    for server in servers:
+        waited = waits.get(server["name"])
+        if waited is None:
+            failures.append(f"{server['name']}: not relaunched, an earlier batch failed")
+        elif waited["status"] != "ready":
+            failures.append(waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}")
+    return failures
+
+
+def _bounds(fact, expectation):
+    if isinstance(expectation, dict):
+        unknown = set(expectation) - {"min", "max"}
+        if unknown or not expectation:
+            raise ExpectationError(f"expectation for {fact} must be {{min: N}} and/or {{max: N}}, got {expectation!r}")
+        return expectation.get("min"), expectation.get("max")
+    # A bare number is a minimum: "at least this many running requests".
+    return expectation, None
+
+
+def expectation_failures(wait_results, expect):
+    """Check what ready servers configured against ``{fact: {min: N, max: N}}``; returns the violations."""
+    failures = []
+    for fact, expectation in (expect or {}).items():
+        minimum, maximum = _bounds(fact, expectation)
+        for result in wait_results or []:
+            if result["status"] != "ready":
+                continue
+            value = (result.get("facts") or {}).get(fact)
+            if value is None:
+                failures.append(f"{result['name']}: {fact} was not reported")
+            elif minimum is not None and value < float(minimum):
+                failures.append(f"{result['name']}: {fact}={value} is below the expected minimum {minimum}")
+            elif maximum is not None and value > float(maximum):
+                failures.append(f"{result['name']}: {fact}={value} is above the expected maximum {maximum}")
+    return failures
+
+
+def _nccl_state(nccl):
+    if not nccl or not nccl.get("expected"):
+        return "none"
+    if nccl.get("ok"):
+        return "ok"
+    problems = [f"{item['variable']}={item['actual']} (want {item['expected']})"
+                for item in nccl.get("mismatches") or []]
+    problems += [f"missing {','.join(item['variables'])}" for item in nccl.get("missing") or []]
+    return "MISMATCH " + "; ".join(sorted(set(problems)))
+
+
+def fleet_status(servers, info_results, gpus):
+    """Status table of one host: health, phase, usage, throughput, NCCL check, GPU memory per server."""
+    infos = _by_name(info_results)
+    memory = {gpu["index"]: gpu for gpu in gpus or []}
+    rows = []
+    for server in servers:
+        info = infos.get(server["name"], {})
+        metrics = info.get("metrics") or {}
+        used = sum(memory[gpu]["memory_used_mib"] for gpu in server["gpus"] if gpu in memory)
+        total = sum(memory[gpu]["memory_total_mib"] for gpu in server["gpus"] if gpu in memory)
+        rows.append([
+            server["name"], _gpus(server), server["port"], info.get("status"),
+            (info.get("log") or {}).get("phase"), _percent(metrics.get("token_usage")),
+            _percent(metrics.get("mamba_usage")), _number(metrics.get("num_running_reqs")),
+            _number(metrics.get("num_queue_reqs")), _number(metrics.get("gen_throughput")),
+            f"{used}/{total}" if total else None,
+            "yes" if (info.get("launch_script") or {}).get("drift") else "no",
+            _nccl_state(info.get("nccl")),
+        ])
+    header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
+              "gpu_mem_mib", "script_drift", "nccl"]
+    ready = sum(1 for server in servers if infos.get(server["name"], {}).get("status") == "ready")
+    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
+
+
+def stop_summary(server_results):
+    """One line per stopped server with the memory left on each of its GPUs."""
+    rows = []
+    for result in server_results:
+        after = result.get("gpu_memory_after_mib") or {}
+        rows.append([result["name"], _gpus(result) if result.get("gpus") else None, result["action"],
+                     ",".join(str(after[gpu]) for gpu in sorted(after, key=int)) or None])
+    return _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)

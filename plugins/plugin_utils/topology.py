@@ -1,0 +1,157 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Server topology of one GPU host: expansion of the generated layouts and validation.
+
+Runs on the controller so that a bad topology fails before any host is touched.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Names end up in file names, the ownership marker and log lines.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class TopologyError(ValueError):
+    """All problems of a topology, one per line, each naming the bad value."""
+
+
+def _as_int(value):
+    """int() that refuses booleans (YAML ``yes`` is not a GPU index); ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError(value)  # noqa: TRY004 - one ValueError path reports every bad value
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def parse_gpus(gpus):
+    """``[0, 1]``, ``"0,1"`` or ``3`` -> list of ints (ValueError on anything else)."""
+    if isinstance(gpus, (list, tuple)):
+        return [_as_int(gpu) for gpu in gpus]
+    if isinstance(gpus, str):
+        return [_as_int(gpu) for gpu in gpus.split(",") if gpu.strip()]
+    return [_as_int(gpus)]
+
+
+def generate_servers(gpu_count, tp_size=1, dp_size=1, base_port=30000):
+    """Split GPUs 0..gpu_count-1 into consecutive groups of tp_size * dp_size GPUs, one server each.
+
+    Group size 1 gives the per-GPU layout (gpu0..gpuN-1); a group of 8 gives one TP=8 server gpu0-7.
+    """
+    group = tp_size * dp_size
+    if group < 1 or gpu_count < 1 or gpu_count % group:
+        raise TopologyError(
+            f"gpu_count={gpu_count!r} cannot be split into servers of tp_size*dp_size={group!r} GPUs; "
+            "use a tp_size*dp_size that divides the GPU count"
+        )
+    servers = []
+    for index, first in enumerate(range(0, gpu_count, group)):
+        gpus = list(range(first, first + group))
+        name = f"gpu{first}" if group == 1 else f"gpu{first}-{gpus[-1]}"
+        servers.append({"name": name, "port": base_port + index, "gpus": gpus,
+                        "tp_size": tp_size, "dp_size": dp_size})
+    return servers
+
+
+def _normalize(server, position, problems):
+    """One explicit server entry -> dict with typed name/port/gpus/tp_size/dp_size (other keys kept)."""
+    if not isinstance(server, dict):
+        problems.append(f"server #{position}: {server!r} is not a dict with name, port and gpus")
+        return None
+    label = f"server {server.get('name', f'#{position}')!r}"
+    result = dict(server)
+    missing = [key for key in ("name", "port", "gpus") if key not in server]
+    if missing:
+        problems.append(f"{label}: missing {', '.join(missing)}")
+        return None
+    name = str(server["name"])
+    if not _NAME_RE.match(name):
+        problems.append(f"{label}: name {name!r} may only contain letters, digits, '.', '_' and '-'")
+    result["name"] = name
+    try:
+        result["port"] = _as_int(server["port"])
+        if not 1 <= result["port"] <= 65535:
+            raise ValueError(result["port"])
+    except ValueError:
+        problems.append(f"{label}: port {server['port']!r} is not a TCP port (1-65535)")
+        return None
+    try:
+        gpus = parse_gpus(server["gpus"])
+        if not gpus or min(gpus) < 0:
+            raise ValueError(gpus)
+    except ValueError:
+        problems.append(f"{label}: gpus {server['gpus']!r} is not a list of GPU indexes (e.g. [0, 1])")
+        return None
+    if len(set(gpus)) != len(gpus):
+        problems.append(f"{label}: gpus {gpus!r} lists a GPU twice")
+    result["gpus"] = gpus
+    try:
+        dp_size = _as_int(server.get("dp_size", 1))
+        tp_size = _as_int(server.get("tp_size", len(gpus) // max(dp_size, 1)))
+    except ValueError:
+        problems.append(f"{label}: tp_size/dp_size must be integers")
+        return None
+    if tp_size < 1 or dp_size < 1 or tp_size * dp_size != len(gpus):
+        problems.append(
+            f"{label}: tp_size={tp_size} x dp_size={dp_size} does not match its {len(gpus)} GPUs {gpus!r}; "
+            "tp_size x dp_size must equal the number of GPUs"
+        )
+    result["tp_size"], result["dp_size"] = tp_size, dp_size
+    return result
+
+
+def validate_servers(servers, gpu_count=None):
+    """Normalize and cross-check a server list; raise TopologyError listing every problem.
+
+    gpu_count, when known (declared, or reported by the host), bounds the GPU indexes.
+    """
+    if not isinstance(servers, (list, tuple)) or not servers:
+        raise TopologyError("the server list is empty; define sglang_servers or a GPU count")
+    problems = []
+    normalized = [_normalize(server, position, problems) for position, server in enumerate(servers)]
+    normalized = [server for server in normalized if server is not None]
+    names, ports, gpu_owner = {}, {}, {}
+    for server in normalized:
+        name = server["name"]
+        if name in names:
+            problems.append(f"duplicate server name {name!r}")
+        names[name] = server
+        if server["port"] in ports:
+            problems.append(f"duplicate port {server['port']}: servers {ports[server['port']]!r} and {name!r}")
+        ports.setdefault(server["port"], name)
+        for gpu in server["gpus"]:
+            if gpu in gpu_owner and gpu_owner[gpu] != name:
+                problems.append(f"overlapping GPUs: GPU {gpu} is used by servers {gpu_owner[gpu]!r} and {name!r}")
+            gpu_owner.setdefault(gpu, name)
+            if gpu_count is not None and gpu >= int(gpu_count):
+                count = int(gpu_count)
+                problems.append(f"server {name!r}: GPU index {gpu} is beyond the host's GPU count {count} "
+                                f"(valid: 0-{count - 1})")
+    if problems:
+        raise TopologyError("invalid server topology:\n- " + "\n- ".join(problems))
+    return normalized
+
+
+def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None):
+    """The host's validated server list: the explicit ``servers`` when given, else the generated layout.
+
+    host_gpu_count (reported by the host) bounds GPU indexes; it defaults to the declared gpu_count.
+    """
+    if not servers:
+        try:
+            layout = [_as_int(value) for value in (gpu_count, tp_size, dp_size, base_port)]
+        except ValueError:
+            raise TopologyError("gpu_count, tp_size, dp_size and base_port must be integers, got "
+                                f"{gpu_count!r}, {tp_size!r}, {dp_size!r}, {base_port!r}") from None
+        servers = generate_servers(*layout)
+    bound = host_gpu_count if host_gpu_count is not None else gpu_count
+    return validate_servers(servers, gpu_count=bound)
+
+
+def add_paths(servers, script_dir, log_dir):
+    """Set each server's ``launch_script`` and ``log_path`` (``<dir>/<name>.sh|.log``) unless it names its own."""
+    for server in servers:
+        server.setdefault("launch_script", f"{script_dir.rstrip('/')}/{server['name']}.sh")
+        server.setdefault("log_path", f"{log_dir.rstrip('/')}/{server['name']}.log")
+    return servers

@@ -1,0 +1,119 @@
+"""playbooks/relaunch.yml (and status.yml, stop.yml) against a simulated 8-GPU host, through ansible-playbook."""
+
+import json
+import os
+from datetime import datetime
+
+import pytest
+from test_roles import SimHost
+
+
+@pytest.fixture
+def sim_host(tmp_path, fake_gpus, test_token, model_dir):
+    return SimHost(tmp_path, fake_gpus, test_token, model_dir)
+
+
+def summary(result):
+    return result.task("Summary")[0]["msg"]
+
+
+def server_actions(result):
+    return {server["name"]: server["action"] for task in result.task("Bring servers") for server in task.get("servers", [])}
+
+
+def state_pid(sim_host, name):
+    with open(sim_host.dir / "state" / f"{name}.json") as handle:
+        return json.load(handle)["pid"]
+
+
+def test_relaunch_converges_in_four_module_calls_and_is_idempotent(sim_host):
+    first = sim_host.run("relaunch")
+    assert first.rc == 0, summary(first) if first.report else first.stdout
+    # One host, 8 servers: every server is handled by one call of each module.
+    assert first.module_calls() == ["gpuops.sglang.gpu_info", "gpuops.sglang.launch_scripts",
+                                    "gpuops.sglang.server", "gpuops.sglang.wait"]
+    lines = summary(first)
+    assert lines[0] == "8/8 servers ready"
+    assert lines[2].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
+    assert all(sim_host.fake_gpus.used_mib(index) > 100000 for index in range(8))
+
+    second = sim_host.run("relaunch")
+    assert second.rc == 0 and second.stats["changed"] == 0
+    assert set(server_actions(second).values()) == {"unchanged"}
+
+    expect = sim_host.run("relaunch", {"relaunch_expect": {"max_running_requests": {"min": 100000}}})
+    assert expect.rc != 0 and expect.stats["changed"] == 0
+    failed = expect.task("relaunch_expect")[0]
+    assert failed["failed"] and "gpu3: max_running_requests=" in " ".join(failed["msg"])
+    assert "is below the expected minimum 100000" in failed["msg"][0]
+
+    status = sim_host.run("status")
+    assert status.rc == 0
+    table = status.task("Fleet status")[0]["msg"]
+    assert table[0] == "8/8 servers ready"
+    assert table[2].split()[:5] == ["gpu0", "0", str(sim_host.port(0)), "ready", "ready"]
+
+    stop = sim_host.run("stop")
+    assert stop.rc == 0 and stop.stats["changed"] == 1
+    assert [sim_host.fake_gpus.used_mib(index) for index in range(8)] == [0] * 8
+
+
+def test_a_changed_setting_relaunches_only_the_affected_server(sim_host):
+    servers = [{"name": f"s{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(3)]
+    assert sim_host.run("relaunch", {"sglang_servers": servers}).rc == 0
+    pids = {server["name"]: state_pid(sim_host, server["name"]) for server in servers}
+
+    servers[1]["max_running_requests"] = 32
+    changed = sim_host.run("relaunch", {"sglang_servers": servers})
+    assert changed.rc == 0, summary(changed)
+    assert changed.task("Write all launch scripts")[0]["changed_scripts"] == ["s1"]
+    assert server_actions(changed) == {"s0": "unchanged", "s1": "relaunched", "s2": "unchanged"}
+    assert state_pid(sim_host, "s0") == pids["s0"] and state_pid(sim_host, "s2") == pids["s2"]
+    assert state_pid(sim_host, "s1") != pids["s1"]
+    assert summary(changed)[3].split()[-1] == "32", "the summary reports the new max_running_requests"
+
+
+def test_batches_relaunch_the_next_servers_only_after_the_previous_are_ready(sim_host):
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 4, "relaunch_batch_size": 2, "relaunch_state": "restarted"})
+    assert result.rc == 0, summary(result)
+    steps = [(name, host, duration) for name, host, duration in result.tasks()
+             if name.split(" : ")[-1].startswith(("Bring servers", "Wait until"))]
+    assert [[server["name"] for server in host["servers"]] for _name, host, _duration in steps] == [
+        ["gpu0", "gpu1"], ["gpu0", "gpu1"], ["gpu2", "gpu3"], ["gpu2", "gpu3"]]
+    first_wait_end = datetime.fromisoformat(steps[1][2]["end"].replace("Z", "+00:00"))
+    second_launch_start = datetime.fromisoformat(steps[2][2]["start"].replace("Z", "+00:00"))
+    assert second_launch_start >= first_wait_end
+    assert summary(result)[0] == "4/4 servers ready"
+
+
+def test_a_crashing_server_is_reported_while_the_others_become_ready(sim_host):
+    servers = [{"name": f"s{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(3)]
+    servers[1]["env"] = {"SGLANG_SIM_FAULT": "oom_load"}
+    result = sim_host.run("relaunch", {"sglang_servers": servers})
+    assert result.rc != 0
+    rows = {line.split()[0]: line.split() for line in summary(result)[2:]}
+    assert rows["s0"][4] == "ready" and rows["s2"][4] == "ready"
+    assert rows["s1"][4] == "crashed"
+    failure = result.task("every server is ready")[0]
+    assert failure["failed"] and failure["msg"][0].startswith("s1 crashed")
+    assert "OutOfMemoryError" in failure["msg"][0]
+
+
+def test_halted_batches_keep_the_remaining_servers_untouched(sim_host):
+    servers = [{"name": f"s{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(4)]
+    servers[0]["env"] = {"SGLANG_SIM_FAULT": "oom_load"}
+    result = sim_host.run("relaunch", {"sglang_servers": servers, "relaunch_batch_size": 2})
+    assert result.rc != 0
+    assert set(server_actions(result)) == {"s0", "s1"}
+    assert result.task("every server is ready")[0]["msg"][1:] == [
+        "s2: not relaunched, an earlier batch failed", "s3: not relaunched, an earlier batch failed"]
+    assert not os.path.exists(sim_host.dir / "state" / "s2.json")
+
+
+def test_gpu_index_beyond_the_hosts_count_fails_in_preflight(sim_host):
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 16})
+    assert result.rc != 0
+    failed = result.task("Expand and validate")[-1]
+    assert "GPU index 8 is beyond the host's GPU count 8" in failed["msg"]
+    assert result.module_calls() == ["gpuops.sglang.gpu_info"]
+    assert not sim_host.script_dir.exists()

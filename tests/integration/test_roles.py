@@ -1,0 +1,228 @@
+"""Role gpuops.sglang.launch_scripts through real ansible-playbook runs of playbooks/deploy.yml.
+
+Each test gets its own simulated 8-GPU host ``simhost`` (local connection) with an inventory under
+tmp_path; ``SimHost`` is shared with test_relaunch_playbook.py.
+"""
+
+import json
+import os
+import random
+import socket
+import stat
+import subprocess
+
+import pytest
+import yaml
+from conftest import BIN_DIR, PYTHON, REPO_ROOT, SGLANG_SIM, TOKEN_VAR
+
+# A stand-in server command that prints what it was started with, to check quoting end to end.
+ECHO_COMMAND = [PYTHON, "-c", "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))"]
+# Tasks that run on the controller only; every other task is a module call on the GPU host.
+CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.debug", "ansible.builtin.assert",
+                      "ansible.builtin.include_role", "ansible.builtin.include_tasks",
+                      "ansible.builtin.validate_argument_spec"}
+
+
+def free_port_block(count):
+    """``count`` consecutive TCP ports nothing listens on right now."""
+    for _attempt in range(50):
+        base = random.randrange(20000, 60000 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    pytest.fail(f"no block of {count} free ports found")
+
+
+class PlaybookResult:
+    def __init__(self, completed, json_output):
+        self.rc = completed.returncode
+        self.stdout, self.stderr = completed.stdout, completed.stderr
+        self.report = None
+        if json_output:
+            # Live progress lines of gpuops.sglang.wait precede the JSON document.
+            start = self.stdout.find("{\n")
+            if start < 0:
+                pytest.fail(f"ansible-playbook printed no JSON (rc={self.rc}):\n{self.stdout}\n{self.stderr}")
+            self.report = json.loads(self.stdout[start:])
+
+    @property
+    def stats(self):
+        return self.report["stats"]["simhost"]
+
+    def tasks(self):
+        """(task name, host result, task duration) of every task that ran on simhost, in order."""
+        return [(task["task"]["name"], task["hosts"]["simhost"], task["task"]["duration"])
+                for play in self.report["plays"] for task in play["tasks"] if "simhost" in task["hosts"]]
+
+    def task(self, name_part):
+        """Host results of the tasks whose name contains ``name_part``."""
+        return [result for name, result, _duration in self.tasks() if name_part in name]
+
+    def module_calls(self):
+        """Actions of the tasks that ran a module on the host (skipped tasks excluded)."""
+        return [result["action"] for _name, result, _duration in self.tasks()
+                if result["action"] not in CONTROLLER_ACTIONS and not result.get("skipped")]
+
+
+class SimHost:
+    """A simulated GPU host (fake GPUs, simulated model) with its own inventory; runs the repo's playbooks."""
+
+    def __init__(self, tmp_path, fake_gpus, token, model_path):
+        self.dir = tmp_path / "simhost"
+        self.dir.mkdir()
+        self.token = token
+        self.fake_gpus = fake_gpus
+        self.base_port = free_port_block(8)
+        self.script_dir = self.dir / "bin"
+        self.log_dir = self.dir / "log"
+        self.host_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": PYTHON,
+            "sglang_base_port": self.base_port,
+            "sglang_server_command": [PYTHON, SGLANG_SIM],
+            "sglang_model_path": model_path,
+            "sglang_env": {"GPUOPS_FAKE_GPU_DIR": fake_gpus.dir, "SGLANG_SIM_TIME_SCALE": "0.05", TOKEN_VAR: token},
+            "sglang_script_dir": str(self.script_dir),
+            "sglang_log_dir": str(self.log_dir),
+            "sglang_cache_dir": str(self.dir / "cache"),
+            "sglang_state_dir": str(self.dir / "state"),
+            "sglang_nvidia_smi": fake_gpus.nvidia_smi,
+            "sglang_gpu_device_dir": fake_gpus.device_dir,
+            "relaunch_wait_timeout": 60,
+            "relaunch_stall_timeout": 20,
+            "relaunch_progress_interval": 1,
+        }
+        self.inventory = self.dir / "hosts.yml"
+        self.inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
+            "hosts": {"simhost": self.host_vars}}}}}))
+        self.runs = 0
+        self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                        ANSIBLE_LOCAL_TEMP=str(self.dir / "ansible-tmp"), **{TOKEN_VAR: token})
+        self.env.pop("GPUOPS_SGLANG_SERVER", None)
+
+    def port(self, index):
+        return self.base_port + index
+
+    def run(self, playbook, extra_vars=None, json_output=True, args=(), timeout=300):
+        """Run playbooks/<playbook>.yml against simhost; extra_vars go through a JSON file (no quoting)."""
+        self.runs += 1
+        extra = self.dir / f"extra-{self.runs}.json"
+        extra.write_text(json.dumps(extra_vars or {}))
+        env = dict(self.env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json" if json_output else "ansible.builtin.default")
+        argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(self.inventory), "-e", f"@{extra}",
+                os.path.join(REPO_ROOT, "playbooks", f"{playbook}.yml"), *args]
+        completed = subprocess.run(argv, check=False, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                   capture_output=True, text=True, timeout=timeout)
+        return PlaybookResult(completed, json_output)
+
+    def script(self, name):
+        return self.script_dir / f"{name}.sh"
+
+
+@pytest.fixture
+def sim_host(tmp_path, fake_gpus, test_token, model_dir):
+    return SimHost(tmp_path, fake_gpus, test_token, model_dir)
+
+
+def test_values_with_spaces_quotes_and_dollars_reach_the_server_verbatim(sim_host):
+    tricky = "a b $HOME 'single' \"double\" `cmd` $(touch pwned) \\"
+    result = sim_host.run("deploy", {
+        "sglang_gpu_count": 1,
+        "sglang_server_command": ECHO_COMMAND,
+        "sglang_served_model_name": tricky,
+        "sglang_env": {"TRICKY": tricky, "PLAIN": 42},
+        "sglang_extra_args": {"chat_template": "{{ '$x' }}", "trust_remote_code": True},
+    })
+    assert result.rc == 0, result.stdout
+    script = sim_host.script("gpu0")
+    started = subprocess.run([str(script)], cwd=sim_host.dir, capture_output=True, text=True, check=True)
+    seen = json.loads(started.stdout)
+    assert seen["argv"][seen["argv"].index("--served-model-name") + 1] == tricky
+    assert seen["argv"][-3:] == ["--chat-template", "$x", "--trust-remote-code"]
+    assert seen["env"]["TRICKY"] == tricky and seen["env"]["PLAIN"] == "42"
+    assert seen["env"]["GPUOPS_SGLANG_SERVER"] == "gpu0" and seen["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(sim_host.dir / "cache" / "inductor")
+    assert os.path.isdir(sim_host.dir / "cache" / "triton"), "the script creates its cache directories"
+    assert not os.path.exists(sim_host.dir / "pwned")
+
+
+def test_api_key_stays_out_of_output_and_diff(sim_host):
+    key = "sk-Very$ecret'Key"
+    result = sim_host.run("deploy", {"sglang_gpu_count": 2, "sglang_api_key": key}, json_output=False,
+                          args=("--diff", "-vvv"))
+    assert result.rc == 0, result.stdout
+    assert "--api-key ********" in result.stdout, "the diff is shown, redacted"
+    assert key not in result.stdout and key not in result.stderr
+    script = sim_host.script("gpu1")
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o700
+    assert "--api-key 'sk-Very$ecret'\"'\"'Key'" in script.read_text()
+
+    rotated = sim_host.run("deploy", {"sglang_gpu_count": 2, "sglang_api_key": "new-key"}, json_output=False,
+                           args=("--diff",))
+    assert rotated.rc == 0 and "changed: [simhost]" in rotated.stdout
+    assert key not in rotated.stdout, "the previous key in the diff's before side is redacted too"
+
+
+@pytest.mark.parametrize("extra_vars, message", [
+    ({"sglang_nccl": {"NCCL_NTHREADS": 100}}, "NCCL_NTHREADS='100' is not valid; use one of 64, 128, 256, 512"),
+    ({"sglang_servers": [{"name": "a", "port": 31000, "gpus": [0, 1]}, {"name": "b", "port": 31001, "gpus": [1]}]},
+     "overlapping GPUs: GPU 1 is used by servers 'a' and 'b'"),
+    ({"sglang_servers": [{"name": "a", "port": 31000, "gpus": [0]}, {"name": "b", "port": 31000, "gpus": [1]}]},
+     "duplicate port 31000: servers 'a' and 'b'"),
+    ({"sglang_servers": [{"name": "tp", "port": 31000, "gpus": [0, 1, 2], "tp_size": 2}]},
+     "server 'tp': tp_size=2 x dp_size=1 does not match its 3 GPUs [0, 1, 2]"),
+    ({"sglang_servers": [{"name": "far", "port": 31000, "gpus": [8]}]},
+     "server 'far': GPU index 8 is beyond the host's GPU count 8 (valid: 0-7)"),
+    ({"sglang_mamba_scheduler_strategy": "extra_buffer_lazy"},
+     "mamba_scheduler_strategy 'extra_buffer_lazy' is not valid"),
+    ({"sglang_model_path": "/nonexistent/model"},
+     "required path(s) missing on the host, nothing written: /nonexistent/model"),
+])
+def test_invalid_settings_fail_naming_the_value_before_anything_is_written(sim_host, extra_vars, message):
+    result = sim_host.run("deploy", extra_vars, json_output=False)
+    assert result.rc != 0
+    assert message in result.stdout
+    assert not sim_host.script_dir.exists()
+
+
+def test_deploy_is_idempotent_and_reports_only_changed_scripts(sim_host):
+    first = sim_host.run("deploy")
+    assert first.rc == 0 and first.stats["changed"] == 1
+    assert first.task("Write all launch scripts")[0]["changed_scripts"] == [f"gpu{index}" for index in range(8)]
+    assert sorted(os.listdir(sim_host.script_dir)) == [f"gpu{index}.sh" for index in range(8)]
+
+    again = sim_host.run("deploy")
+    assert again.rc == 0 and again.stats["changed"] == 0
+
+    check = sim_host.run("deploy", {"sglang_mem_fraction_static": 0.8}, args=("--check",))
+    assert check.task("Write all launch scripts")[0]["changed_scripts"] == [f"gpu{index}" for index in range(8)]
+    assert "--mem-fraction-static" not in sim_host.script("gpu0").read_text(), "check mode writes nothing"
+
+    servers = [{"name": f"gpu{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(8)]
+    servers[5]["mamba_scheduler_strategy"] = "extra_buffer"
+    one = sim_host.run("deploy", {"sglang_servers": servers})
+    assert one.task("Write all launch scripts")[0]["changed_scripts"] == ["gpu5"]
+    assert "--mamba-scheduler-strategy extra_buffer" in sim_host.script("gpu5").read_text()
+
+
+def test_tp8_with_pcie_nccl_and_eagle3(sim_host, tmp_path):
+    draft = tmp_path / "draft"
+    subprocess.run([PYTHON, SGLANG_SIM, "--make-model", str(draft), "--arch", "LlamaForCausalLMEagle3",
+                    "--shards", "1", "--weights-gib", "1"], check=True)
+    result = sim_host.run("deploy", {
+        "sglang_tp_size": 8, "sglang_nccl": "pcie", "sglang_version": "0.5.23",
+        "sglang_speculative": {"algorithm": "EAGLE3", "draft_model_path": str(draft), "num_steps": 3,
+                               "eagle_topk": 1, "num_draft_tokens": 4},
+    })
+    assert result.rc == 0, result.stdout
+    assert os.listdir(sim_host.script_dir) == ["gpu0-7.sh"]
+    text = sim_host.script("gpu0-7").read_text()
+    for line in ("export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "export NCCL_PROTO=LL", "export NCCL_ALGO=Ring",
+                 "export NCCL_P2P_LEVEL=SYS", "export NCCL_MAX_NCHANNELS=16", "export NCCL_BUFFSIZE=16777216",
+                 "export NCCL_NTHREADS=512", "    --tp-size 8 \\", "    --speculative-algorithm EAGLE3 \\",
+                 f"    --speculative-draft-model-path {draft} \\", "    --speculative-num-draft-tokens 4"):
+        assert line in text.splitlines()

@@ -1,0 +1,68 @@
+"""Relaunch summary, failures and user expectations built from module results."""
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
+    ExpectationError,
+    expectation_failures,
+    fleet_status,
+    relaunch_failures,
+    relaunch_summary,
+    stop_summary,
+)
+
+SERVERS = [{"name": "gpu0", "port": 30000, "gpus": [0]}, {"name": "gpu1", "port": 30001, "gpus": [1]},
+           {"name": "gpu2", "port": 30002, "gpus": [2]}]
+WAITS = [
+    {"name": "gpu0", "status": "ready", "phase": "ready", "seconds_to_ready": 61.26,
+     "facts": {"max_total_num_tokens": 2264878, "max_running_requests": 323}},
+    {"name": "gpu1", "status": "crashed", "phase": "loading_weights", "facts": {},
+     "msg": "gpu1 crashed in loading_weights: torch.OutOfMemoryError"},
+]
+
+
+def test_summary_has_one_aligned_row_per_server():
+    lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "relaunched"}, {"name": "gpu1", "action": "launched"}],
+                             WAITS)
+    assert lines[0] == "1/3 servers ready"
+    assert lines[2].split() == ["gpu0", "0", "30000", "relaunched", "ready", "ready", "61.3", "2264878", "323"]
+    assert lines[3].split() == ["gpu1", "1", "30001", "launched", "crashed", "loading_weights", "-", "-", "-"]
+    assert lines[4].split()[:6] == ["gpu2", "2", "30002", "not", "relaunched", "skipped"]
+    assert lines[1].index("port") == lines[2].index("30000") == lines[4].index("30002")
+
+
+def test_failures_name_each_server_not_ready():
+    assert relaunch_failures(SERVERS, WAITS) == ["gpu1 crashed in loading_weights: torch.OutOfMemoryError",
+                                                 "gpu2: not relaunched, an earlier batch failed"]
+
+
+def test_expectations_check_ready_servers():
+    assert expectation_failures(WAITS, {"max_running_requests": {"min": 256, "max": 512}}) == []
+    assert expectation_failures(WAITS, {"max_running_requests": 400}) == [
+        "gpu0: max_running_requests=323 is below the expected minimum 400"]
+    assert expectation_failures(WAITS, {"max_total_num_tokens": {"max": 1000}}) == [
+        "gpu0: max_total_num_tokens=2264878 is above the expected maximum 1000"]
+    assert expectation_failures(WAITS, {"max_mamba_cache_size": 1}) == ["gpu0: max_mamba_cache_size was not reported"]
+    with pytest.raises(ExpectationError, match="must be {min: N} and/or {max: N}"):
+        expectation_failures(WAITS, {"max_running_requests": {"atleast": 1}})
+
+
+def test_fleet_status_shows_usage_and_nccl_mismatches():
+    infos = [{"name": "gpu0", "status": "ready", "log": {"phase": "ready"},
+              "metrics": {"token_usage": 0.42, "mamba_usage": 0.1, "num_running_reqs": 12.0, "num_queue_reqs": 0.0,
+                          "gen_throughput": 1234.56},
+              "launch_script": {"drift": False},
+              "nccl": {"expected": {"NCCL_PROTO": "LL"}, "ok": False,
+                       "mismatches": [{"pid": 5, "variable": "NCCL_PROTO", "expected": "LL", "actual": "Simple"}],
+                       "missing": []}}]
+    gpus = [{"index": 0, "memory_used_mib": 120000, "memory_total_mib": 143771}]
+    lines = fleet_status(SERVERS[:1], infos, gpus)
+    assert lines[0] == "1/1 servers ready"
+    assert lines[2].split()[:12] == ["gpu0", "0", "30000", "ready", "ready", "42%", "10%", "12", "0", "1234.6",
+                                     "120000/143771", "no"]
+    assert lines[2].endswith("MISMATCH NCCL_PROTO=Simple (want LL)")
+
+
+def test_stop_summary_lists_memory_left_per_gpu():
+    lines = stop_summary([{"name": "gpu0-1", "gpus": [0, 1], "action": "stopped",
+                           "gpu_memory_after_mib": {"1": 3, "0": 0}}])
+    assert lines[1].split() == ["gpu0-1", "0,1", "stopped", "0,3"]

@@ -1,0 +1,74 @@
+"""Topology expansion and validation: generated layouts, explicit servers, every error names the bad value."""
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.topology import (
+    TopologyError,
+    add_paths,
+    expand_topology,
+)
+
+
+def test_default_is_one_server_per_gpu_on_consecutive_ports():
+    servers = expand_topology(gpu_count=8, base_port=30000)
+    assert [(s["name"], s["port"], s["gpus"], s["tp_size"]) for s in servers] == [
+        (f"gpu{index}", 30000 + index, [index], 1) for index in range(8)]
+
+
+def test_tensor_parallel_groups_take_consecutive_gpus():
+    servers = expand_topology(gpu_count=8, tp_size=8)
+    assert servers == [{"name": "gpu0-7", "port": 30000, "gpus": list(range(8)), "tp_size": 8, "dp_size": 1}]
+    assert [s["gpus"] for s in expand_topology(gpu_count=8, tp_size=4)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_explicit_servers_are_normalized_and_keep_their_overrides():
+    servers = expand_topology([
+        {"name": "big", "port": "31000", "gpus": "0,1,2,3", "mem_fraction_static": 0.8},
+        {"name": "small", "port": 31001, "gpus": [4], "env": {"A": "1"}},
+    ])
+    assert servers[0] == {"name": "big", "port": 31000, "gpus": [0, 1, 2, 3], "tp_size": 4, "dp_size": 1,
+                          "mem_fraction_static": 0.8}
+    assert servers[1]["env"] == {"A": "1"}
+
+
+@pytest.mark.parametrize("servers, gpu_count, expected", [
+    ([{"name": "a", "port": 1, "gpus": [0, 1]}, {"name": "b", "port": 2, "gpus": [1]}], 8,
+     "overlapping GPUs: GPU 1 is used by servers 'a' and 'b'"),
+    ([{"name": "a", "port": 30000, "gpus": [0]}, {"name": "b", "port": 30000, "gpus": [1]}], 8,
+     "duplicate port 30000: servers 'a' and 'b'"),
+    ([{"name": "a", "port": 1, "gpus": [0]}, {"name": "a", "port": 2, "gpus": [1]}], 8, "duplicate server name 'a'"),
+    ([{"name": "a", "port": 1, "gpus": [0, 1, 2], "tp_size": 2}], 8,
+     "tp_size=2 x dp_size=1 does not match its 3 GPUs [0, 1, 2]"),
+    ([{"name": "a", "port": 1, "gpus": [3, 8]}], 8, "GPU index 8 is beyond the host's GPU count 8 (valid: 0-7)"),
+    ([{"name": "a b", "port": 1, "gpus": [0]}], 8, "name 'a b' may only contain"),
+    ([{"name": "a", "port": 70000, "gpus": [0]}], 8, "port 70000 is not a TCP port"),
+    ([{"name": "a", "port": 1, "gpus": ["x"]}], 8, "gpus ['x'] is not a list of GPU indexes"),
+    ([{"name": "a", "gpus": [0]}], 8, "server 'a': missing port"),
+])
+def test_invalid_topologies_name_the_bad_value(servers, gpu_count, expected):
+    with pytest.raises(TopologyError) as error:
+        expand_topology(servers, gpu_count=gpu_count)
+    assert expected in str(error.value)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(TopologyError) as error:
+        expand_topology([{"name": "a", "port": 1, "gpus": [0]}, {"name": "b", "port": 1, "gpus": [0, 9]}])
+    message = str(error.value)
+    assert "duplicate port 1" in message and "GPU 0 is used by servers 'a' and 'b'" in message
+    assert "GPU index 9" in message
+
+
+def test_host_gpu_count_bounds_the_generated_layout():
+    with pytest.raises(TopologyError, match="GPU index 4 is beyond the host's GPU count 4"):
+        expand_topology(gpu_count=8, host_gpu_count=4)
+
+
+def test_group_size_must_divide_the_gpu_count():
+    with pytest.raises(TopologyError, match="gpu_count=8 cannot be split into servers of tp_size\\*dp_size=3"):
+        expand_topology(gpu_count=8, tp_size=3)
+
+
+def test_paths_follow_the_name_unless_given():
+    servers = add_paths([{"name": "gpu0"}, {"name": "x", "log_path": "/l/x"}], "/opt/bin/", "/var/log/s")
+    assert servers[0] == {"name": "gpu0", "launch_script": "/opt/bin/gpu0.sh", "log_path": "/var/log/s/gpu0.log"}
+    assert servers[1]["log_path"] == "/l/x"
