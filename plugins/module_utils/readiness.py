@@ -1,0 +1,480 @@
+# Copyright: contributors to gpuops.sglang
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Per-server readiness tracking: health probe + log phase + process liveness + stall detection.
+
+The gpuops.sglang.wait action plugin runs the wait module in slices. One slice polls every server of
+the host about every POLL_SECONDS and returns when all are decided (ready, crashed, stalled, timeout)
+or when the slice is over. What must survive between slices (start time, when each log last moved,
+decisions already taken) travels as a small JSON ``carry`` through the module's return value into the
+next call. The log is parsed again from the start of the run in every slice, so no parser state has
+to be serialised: startup logs are small (the server module rotates them at every launch).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import threading
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
+    get_json,
+    http_get,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    read_state,
+    state_path,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
+    LogFollower,
+    LogState,
+)
+
+DEFAULT_STATE_DIR = "/var/lib/gpuops-sglang"
+
+POLL_SECONDS = 0.2
+HEALTH_INTERVAL_SECONDS = 1.0
+# SGLang logs "Received sigquit" before the failing child's traceback reaches the log, and then
+# kills itself; a server whose log says it crashed gets this long to die so the traceback is complete.
+CRASH_GRACE_SECONDS = 3.0
+LOG_TAIL_LINES = 30
+# launched_at is taken just after the launch and log timestamps are whole seconds: a line stamped up
+# to this much before launched_at may still belong to the new run.
+LAUNCH_CLOCK_SLACK_SECONDS = 2
+
+# Reported when a server is ready (or by server_info): what the server actually configured.
+CONFIGURED_FACTS = (
+    "max_total_num_tokens", "max_running_requests", "context_len", "chunked_prefill_size",
+    "max_prefill_tokens", "available_gpu_mem", "max_mamba_cache_size",
+)
+# /get_server_info carries the resolved values of these at top level.
+SERVER_INFO_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
+                     "max_prefill_tokens", "max_req_input_len")
+
+WAIT_ARGUMENT_SPEC = {
+    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
+        "name": {"type": "str", "required": True},
+        "port": {"type": "int"},
+        "log_path": {"type": "path"},
+        "pid": {"type": "int"},
+    }},
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "health_path": {"type": "str", "default": "/health_generate"},
+    "api_key": {"type": "str", "no_log": True},
+    "timeout": {"type": "float", "default": 1800},
+    "stall_timeout": {"type": "float", "default": 600},
+    "probe_timeout": {"type": "float", "default": 30},
+    "kill_stalled": {"type": "bool", "default": False},
+    "progress_interval": {"type": "float", "default": 10},
+    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+}
+
+_LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+# Health checks (ours or anybody's) are not progress: a hung server still answers them with 503.
+_HEALTH_NOISE = re.compile(
+    r'"GET /(?:health|health_generate|get_server_info|server_info|metrics)[ ?"]|Health check (?:failed|request)')
+_NOT_A_PHASE_REACHED = ("crashed", "stopping")
+# SGLang logs its server_args, API keys included ("api_key='...'" classic, "'api_key': '...'" new).
+_API_KEY_VALUE = re.compile(r"""(api_key['"]?\s*[=:]\s*['"]?)(?!None\b)[^'",)}\s]+""")
+
+
+def redact(line):
+    return _API_KEY_VALUE.sub(r"\1********", line) if "api_key" in line else line
+
+
+def line_epoch(line):
+    """Epoch seconds of a timestamped SGLang log line (local time, as SGLang writes it), else None."""
+    match = _LINE_TIMESTAMP.match(line)
+    if not match:
+        return None
+    try:
+        return time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def local_timestamp(epoch):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+class RunLog:
+    """The log of the current run of one server, parsed incrementally.
+
+    A log that was not rotated still holds earlier runs: a timestamped line older than the launch
+    discards everything read so far, and untimestamped lines right after it (an old traceback) too.
+    """
+
+    def __init__(self, path, launched_at=None):
+        self._follower = LogFollower(path) if path else None
+        self._launched_at = launched_at
+        self._skipping_old_run = False
+        self._start()
+
+    def _start(self):
+        self.state = LogState()
+        self.tail = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.activity_lines = 0
+        self.last_activity_line = None
+
+    def read(self):
+        if self._follower is None:
+            return
+        for line in map(redact, self._follower.read_new()):
+            stamp = line_epoch(line)
+            if self._launched_at and stamp is not None and stamp < self._launched_at - LAUNCH_CLOCK_SLACK_SECONDS:
+                self._start()
+                self._skipping_old_run = True
+                continue
+            if self._skipping_old_run and stamp is None:
+                continue
+            self._skipping_old_run = False
+            self.state.feed_line(line)
+            if line.strip():
+                self.tail.append(line)
+                if not _HEALTH_NOISE.search(line):
+                    self.activity_lines += 1
+                    self.last_activity_line = line
+
+    def phase_reached(self):
+        """The last startup phase reached (what a crash interrupted), not 'crashed' itself."""
+        for entry in reversed(self.state.timeline or []):
+            if entry.get("phase") not in _NOT_A_PHASE_REACHED:
+                return entry["phase"]
+        return self.state.phase if self.state.phase not in _NOT_A_PHASE_REACHED else "launching"
+
+
+class HealthProbe:
+    """One health request at a time in a thread, so a hanging server never delays the others."""
+
+    def __init__(self, base_url, health_path, api_key, timeout):
+        self._base_url = base_url
+        self._health_path = health_path
+        self._api_key = api_key
+        self._timeout = timeout
+        self._thread = None
+        self._answer = None
+        self.started_at = None
+
+    @property
+    def busy(self):
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def has_answer(self):
+        return not self.busy and self._answer is not None
+
+    def start(self, now):
+        self.started_at = now
+        self._answer = None
+        self._thread = threading.Thread(target=self._probe, name=f"health {self._base_url}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def take_answer(self):
+        """``{"status", "error", "server_info", "server_info_error"}`` once the probe finished, else None."""
+        if not self.has_answer:
+            return None
+        answer, self._answer = self._answer, None
+        return answer
+
+    def _probe(self):
+        status, _body, error = http_get(self._base_url + self._health_path, self._timeout, self._api_key)
+        answer = {"status": status, "error": error, "server_info": None, "server_info_error": None}
+        if status == 200:
+            answer["server_info"], answer["server_info_error"] = get_json(
+                self._base_url + "/get_server_info", self._timeout, self._api_key)
+        self._answer = answer
+
+
+def zombie_exit_status(pid):
+    """Exit status (shell style: 128+signal when killed) of a dead but unreaped process, else None.
+
+    Field 52 of /proc/<pid>/stat (Linux >= 3.5) holds the wait status while the process is a zombie.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    if len(fields) < 50 or fields[0] != "Z":
+        return None
+    wait_status = int(fields[49])
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.WEXITSTATUS(wait_status)
+
+
+def kill_server(name, pid=None, pgid=None):
+    """SIGKILL a server's process group and every process carrying its marker; return the pids hit.
+
+    A server stalled during startup has no requests to drain, so there is no SIGTERM grace. The
+    group is only signalled when it is the server's own (recorded, or led by the server pid), never
+    the group of whoever started it without setsid, and never ours.
+    """
+    if pgid is None and pid:
+        info = procfs.read_process(pid)
+        if info is not None and info.pgid == pid:
+            pgid = pid
+    victims = {info.pid for info in procfs.find_marked(name)}
+    if pgid and pgid != os.getpgid(0):
+        victims.update(info.pid for info in procfs.group_members(pgid))
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    victims.discard(os.getpid())
+    for victim in victims:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except OSError:
+            pass
+    return sorted(victims)
+
+
+class ServerTracker:
+    """Decides one server's fate: ready, crashed, stalled, timeout (or 'starting' in a snapshot)."""
+
+    def __init__(self, spec, options, carried, now):
+        self.name = spec["name"]
+        self._options = options
+        state = read_state(options["state_dir"], self.name) or {}
+        self.port = spec.get("port") or state.get("port")
+        self.log_path = spec.get("log_path") or state.get("log_path")
+        self.pid = spec.get("pid") or state.get("pid")
+        same_process = self.pid == state.get("pid")
+        self._starttime = state.get("pid_starttime") if same_process else None
+        self._pgid = state.get("pgid") if same_process else None
+        self.launched_at = state.get("launched_at") if same_process else None
+        if not self.port:
+            recorded_in = state_path(options["state_dir"], self.name)
+            raise ValueError(f"server {self.name}: no port given and none recorded in {recorded_in}")
+        carried = carried or {}
+        self.result = carried.get("result")
+        self._lines_seen = carried.get("lines_seen", 0)
+        self._last_activity = carried.get("last_activity", now)
+        self._crash_seen = carried.get("crash_seen")
+        self._health = carried.get("health")
+        self._probed_this_slice = False
+        self.log = RunLog(self.log_path, self.launched_at)
+        self.probe = HealthProbe(f"http://{options['host']}:{self.port}", options["health_path"],
+                                 options["api_key"], options["probe_timeout"])
+
+    @property
+    def settled(self):
+        """No probe in flight and at least one answer this slice: the report is current."""
+        return self._probed_this_slice and not self.probe.busy and not self.probe.has_answer
+
+    def carry(self):
+        return {"result": self.result, "lines_seen": self._lines_seen, "last_activity": self._last_activity,
+                "crash_seen": self._crash_seen, "health": self._health}
+
+    def poll(self, now, may_probe, snapshot=False):
+        """Look at log, health and process once; decide when the facts allow it."""
+        self.log.read()
+        if self.log.activity_lines != self._lines_seen:
+            self._lines_seen = self.log.activity_lines
+            self._last_activity = now
+        answer = self.probe.take_answer()
+        if answer is not None:
+            self._probed_this_slice = True
+            self._health = {"status": answer["status"], "error": answer["error"]}
+            if answer["status"] == 200:
+                return self.decide("ready", now, server_info=answer["server_info"],
+                                    server_info_error=answer["server_info_error"])
+        if not self.probe.busy and (self.probe.started_at is None or may_probe
+                                    and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS):
+            self.probe.start(now)
+        if self.pid and not procfs.pid_alive(self.pid, self._starttime):
+            self.log.read()  # its last words
+            return self.decide("crashed", now, exit_status=zombie_exit_status(self.pid))
+        if self.log.state.phase == "crashed":
+            self._crash_seen = self._crash_seen or now
+            if snapshot or now - self._crash_seen >= CRASH_GRACE_SECONDS:
+                return self.decide("crashed", now)
+        stall_timeout = self._options["stall_timeout"]
+        if not snapshot and stall_timeout and now - self._last_activity >= stall_timeout:
+            return self.decide("stalled", now)
+        return None
+
+    def decide(self, status, now, server_info=None, server_info_error=None, exit_status=None):
+        log = self.log.state
+        report = self.report()
+        report["status"] = status
+        facts = {key: log.facts[key] for key in CONFIGURED_FACTS if log.facts.get(key) is not None}
+        report["facts_source"] = "log"
+        if server_info:
+            facts.update((key, server_info[key]) for key in SERVER_INFO_FACTS
+                         if server_info.get(key) is not None)
+            report["facts_source"] = "get_server_info"
+        report.update(
+            facts=facts,
+            error=log.error,
+            exit_status=exit_status,
+            log_tail=list(self.log.tail),
+            timeline=list(log.timeline or []),
+            killed_pids=[],
+            seconds_to_ready=None,
+        )
+        if server_info_error:
+            report["server_info_error"] = server_info_error
+        if status == "ready":
+            report["phase"] = "ready"
+            report["seconds_to_ready"] = round(now - (self.launched_at or self._options["started_at"]), 1)
+            if not report["timeline"] or report["timeline"][-1].get("phase") != "ready":
+                report["timeline"].append({"phase": "ready", "timestamp": local_timestamp(now),
+                                           "line": f"health {self._options['health_path']} answered 200"})
+        elif status in ("crashed", "stalled"):
+            report["phase"] = self.log.phase_reached()
+        if status == "stalled" and self._options["kill_stalled"]:
+            report["killed_pids"] = kill_server(self.name, self.pid, self._pgid)
+        report["msg"] = self.explain(report, now)
+        self.result = report
+        return report
+
+    def report(self):
+        """Current view of the server, also used for progress lines before it is decided."""
+        log = self.log.state
+        return {
+            "name": self.name,
+            "port": self.port,
+            "pid": self.pid,
+            "log_path": self.log_path,
+            "status": self.result["status"] if self.result else "waiting",
+            "phase": log.phase,
+            "progress": log.progress,
+            "last_log_line": log.last_line,
+            "health": self._health,
+        }
+
+    def explain(self, report, now):
+        name, status, phase = self.name, report["status"], report["phase"]
+        if status == "ready":
+            return f"{name} ready after {report['seconds_to_ready']} s"
+        if status == "crashed":
+            text = f"{name} crashed in {phase}"
+            if report["exit_status"] is not None:
+                text += f" (exit status {report['exit_status']})"
+            if report["error"]:
+                text += f": {report['error']['summary']}"
+            elif self.pid and not procfs.pid_alive(self.pid, self._starttime):
+                text += f": process {self.pid} is gone, no error in {self.log_path}"
+            return text
+        if status == "stalled":
+            silent = now - self._last_activity
+            text = f"{name} stalled in {phase}: no log output for {silent:.0f} s; last line: {self.log.last_activity_line}"
+            if report["killed_pids"]:
+                text += f"; killed pids {', '.join(str(pid) for pid in report['killed_pids'])}"
+            return text
+        if status == "timeout":
+            return (f"{name} not ready after {self._options['timeout']:g} s, in {phase}"
+                    f"{progress_suffix(phase, report['progress'])}; last health answer: {describe_health(self._health)}")
+        return f"{name} {phase} (check mode: not waited for)"
+
+
+def describe_health(health):
+    if not health:
+        return "none"
+    if health["status"] is None:
+        return f"unreachable ({health['error']})"
+    return f"HTTP {health['status']}"
+
+
+_PROGRESS_BAR_OF_PHASE = {"loading_weights": "weights", "capturing_cuda_graph": "cuda_graph"}
+
+
+def progress_suffix(phase, progress):
+    counter = (progress or {}).get(_PROGRESS_BAR_OF_PHASE.get(phase))
+    if counter and counter.get("total"):
+        return f" {counter.get('done')}/{counter['total']}"
+    return ""
+
+
+def wait_slice(params, carry=None, check_mode=False):
+    """Run one slice of the wait. Returns the module result; ``carry`` in it means "call me again".
+
+    In check mode the wait is a snapshot: one look at every server, no waiting, no killing.
+    """
+    now = time.time()
+    carry = carry or {"started_at": now, "servers": {}}
+    options = dict(params, started_at=carry["started_at"],
+                   kill_stalled=params["kill_stalled"] and not check_mode)
+    deadline = carry["started_at"] + params["timeout"]
+    slice_end = now if check_mode else min(deadline, now + params["progress_interval"])
+    trackers = [ServerTracker(spec, options, carry["servers"].get(spec["name"]), now)
+                for spec in params["servers"]]
+    while True:
+        now = time.time()
+        pending = [tracker for tracker in trackers if tracker.result is None]
+        for tracker in pending:
+            tracker.poll(now, may_probe=now < slice_end, snapshot=check_mode)
+        pending = [tracker for tracker in pending if tracker.result is None]
+        if not pending:
+            break
+        if now >= deadline and not check_mode:
+            for tracker in pending:
+                tracker.decide("timeout", now)
+            break
+        if now >= slice_end and all(tracker.settled for tracker in pending):
+            break
+        time.sleep(POLL_SECONDS)
+
+    reports = [tracker.result or tracker.report() for tracker in trackers]
+    if check_mode:
+        for tracker, report in zip(trackers, reports):
+            if tracker.result is None:
+                report["status"] = "starting"
+                report["msg"] = tracker.explain(report, now)
+    elif any(tracker.result is None for tracker in trackers):
+        return {"changed": False, "servers": reports, "carry": {
+            "started_at": carry["started_at"],
+            "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
+    return finish(reports, now - carry["started_at"], check_mode)
+
+
+def finish(reports, elapsed, check_mode):
+    not_ready = [report for report in reports if report["status"] != "ready"]
+    result = {
+        "changed": any(report.get("killed_pids") for report in reports),
+        "servers": reports,
+        "ready": [report["name"] for report in reports if report["status"] == "ready"],
+        "not_ready": [report["name"] for report in not_ready],
+        "elapsed": round(elapsed, 1),
+    }
+    if not_ready:
+        reasons = "; ".join(report["msg"] for report in not_ready)
+        result["msg"] = f"{len(not_ready)}/{len(reports)} servers not ready: {reasons}"
+        result["failed"] = not check_mode
+    else:
+        result["msg"] = f"all {len(reports)} servers ready"
+    return result
+
+
+_PHASE_WORDS = {"capturing_cuda_graph": "capturing cuda graph", "loading_weights": "loading weights",
+                "allocating_memory": "allocating memory", "warming_up": "warming up"}
+
+
+def format_progress(host, reports):
+    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed``."""
+    ready = sum(1 for report in reports if report["status"] == "ready")
+    parts = [f"{host}: {ready}/{len(reports)} ready"]
+    for report in reports:
+        status, phase = report["status"], report["phase"]
+        words = _PHASE_WORDS.get(phase, phase.replace("_", " "))
+        if status == "ready":
+            continue
+        name = report["name"]
+        if status in ("waiting", "starting") and phase == "ready":
+            parts.append(f"{name} up, health pending")
+        elif status in ("waiting", "starting"):
+            parts.append(f"{name} {words}{progress_suffix(phase, report['progress'])}")
+        elif status == "crashed":
+            parts.append(f"{name} crashed in {words}")
+        elif status == "stalled":
+            parts.append(f"{name} stalled in {words}{' (killed)' if report.get('killed_pids') else ''}")
+        else:
+            parts.append(f"{name} timed out in {words}")
+    return " | ".join(parts)

@@ -1,0 +1,263 @@
+# Copyright: contributors to gpuops.sglang
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: wait
+short_description: Wait until SGLang servers are ready, with live progress, crash and stall detection
+description:
+  - Waits until every listed SGLang server answers its generating health check with HTTP 200, then
+    reports what each server actually configured (token pool, running requests, context length, ...).
+  - >-
+    The wait runs on the GPU host, which polls every server several times a second (health, log, process);
+    the action plugin of the same name runs it in slices of about O(progress_interval) seconds and, after
+    each slice, prints one progress line per host, for example
+    C(ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu6 capturing cuda graph | gpu7 crashed in loading weights).
+    The lines reach C(ansible-playbook) output and AWX/AAP job output (as verbose events) while the task runs.
+  - A server whose process is gone fails at once (within about a second) with the phase it reached, its
+    exit status when known, the error summary line and the traceback from its log; its timeout is never waited out.
+  - A server whose log shows no new output and no phase change for O(stall_timeout) seconds is reported as
+    stalled (a hung NCCL init, weight load or CUDA graph capture never ends by itself), and killed with
+    O(kill_stalled=true).
+  - Every server is waited for and reported even when others fail. The task fails when any server is not
+    ready; RV(msg) names each such server and why.
+  - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
+    a log that was not rotated cannot report a previous run's phase or crash.
+version_added: 1.0.0
+author: gpuops.sglang contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the module takes one snapshot of every server (one health probe, the log and the process)
+        without waiting or killing, and does not fail for servers that are not ready; RV(servers[].status)
+        is then C(starting) for a server still on its way.
+  diff_mode:
+    support: none
+  action:
+    support: full
+    details: The action plugin runs the module repeatedly, in slices, and prints the progress lines.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  platform:
+    platforms: posix
+options:
+  servers:
+    description:
+      - The servers to wait for.
+      - O(servers[].port), O(servers[].log_path) and the pid default to what C(gpuops.sglang.server) recorded in
+        the state file C(<state_dir>/<name>.json).
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Server name (the ownership marker C(GPUOPS_SGLANG_SERVER) and the state file name).
+        type: str
+        required: true
+      port:
+        description: HTTP port of the server.
+        type: int
+      log_path:
+        description: File the server writes its stdout and stderr to.
+        type: path
+      pid:
+        description:
+          - Pid of the server's main process, when it was not launched by C(gpuops.sglang.server).
+          - Without a pid (given or recorded) a crash is only detected from the log.
+        type: int
+  host:
+    description: Address the servers listen on, as seen from the GPU host.
+    type: str
+    default: 127.0.0.1
+  health_path:
+    description:
+      - Health endpoint. C(/health_generate) runs a one-token generation, so a 200 means the server really serves.
+      - Connection refused and HTTP 503 mean "still starting"; only HTTP 200 means ready.
+    type: str
+    default: /health_generate
+  api_key:
+    description: Sent as C(Authorization Bearer) when the servers were started with C(--api-key).
+    type: str
+  timeout:
+    description:
+      - Seconds the whole wait may take. Large models need tens of minutes (weight loading, JIT compiles, CUDA graph capture).
+      - Servers not ready by then are reported with RV(servers[].status=timeout).
+    type: float
+    default: 1800
+  stall_timeout:
+    description:
+      - Seconds without new log output (health checks do not count) and without a phase change after which a
+        server is reported as stalled. V(0) disables stall detection.
+      - Keep it above the longest silent step of your models, such as a JIT compile during capture.
+    type: float
+    default: 600
+  probe_timeout:
+    description:
+      - Seconds one health request may take. Must exceed SGLang's own 20 s health check timeout
+        (C(SGLANG_HEALTH_CHECK_TIMEOUT)), or a busy but healthy server looks unreachable.
+    type: float
+    default: 30
+  kill_stalled:
+    description:
+      - Kill a stalled server with SIGKILL, its process group and every process carrying its ownership marker
+        (also schedulers orphaned to PID 1), so its GPUs are freed. The task then reports RV(changed=true).
+    type: bool
+    default: false
+  progress_interval:
+    description:
+      - Seconds between progress lines. Each slice of polling on the host lasts about this long (longer only
+        while a health request is still in flight), so this is also the cost in round trips to the host.
+    type: float
+    default: 10
+  state_dir:
+    description: Directory of the per-server state files written by C(gpuops.sglang.server).
+    type: path
+    default: /var/lib/gpuops-sglang
+notes:
+  - The progress lines are printed by the action plugin with C(Display.display), so they show at every verbosity.
+  - Stall detection reads the server log; without a log (no O(servers[].log_path) and no state file) only the
+    process and the health endpoint are watched.
+seealso:
+  - module: gpuops.sglang.server
+  - module: gpuops.sglang.server_info
+"""
+
+EXAMPLES = r"""
+- name: Wait for the servers launched by gpuops.sglang.server (port, log and pid from the state files)
+  gpuops.sglang.wait:
+    servers:
+      - name: gpu0
+      - name: gpu1
+    timeout: 2400
+    stall_timeout: 900
+    kill_stalled: true
+
+- name: Wait for a server started some other way
+  gpuops.sglang.wait:
+    servers:
+      - name: qwen
+        port: 30000
+        log_path: /var/log/sglang/qwen.log
+        pid: "{{ qwen_pid }}"
+    api_key: "{{ sglang_api_key }}"
+    progress_interval: 5
+  register: waited
+
+- name: Show what the server configured
+  ansible.builtin.debug:
+    msg: "{{ waited.servers[0].facts }}"
+"""
+
+RETURN = r"""
+msg:
+  description: Summary; names every server that is not ready and why.
+  returned: always
+  type: str
+  sample: "1/2 servers not ready: gpu7 crashed in loading_weights: torch.OutOfMemoryError: CUDA out of memory."
+ready:
+  description: Names of the servers that are ready.
+  returned: always
+  type: list
+  elements: str
+not_ready:
+  description: Names of the servers that are not ready.
+  returned: always
+  type: list
+  elements: str
+elapsed:
+  description: Seconds the wait took.
+  returned: always
+  type: float
+servers:
+  description: One entry per server, in the order of O(servers).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Server name.
+      type: str
+    status:
+      description:
+        - V(ready), V(crashed) (process gone, or its log shows a fatal error), V(stalled), V(timeout);
+          V(starting) only in check mode.
+      type: str
+      sample: ready
+    phase:
+      description:
+        - Startup phase (C(launching), C(initializing), C(loading_weights), C(allocating_memory),
+          C(capturing_cuda_graph), C(warming_up), C(ready)); for a crashed or stalled server the phase it reached.
+      type: str
+    progress:
+      description: Progress bars seen in the log, C(weights) and C(cuda_graph), each C({done, total}) or null.
+      type: dict
+    seconds_to_ready:
+      description: Seconds from launch (state file) or from the start of the wait until health answered 200.
+      type: float
+    facts:
+      description:
+        - What the server configured, from C(/get_server_info) and its log (C(max_total_num_tokens),
+          C(max_running_requests), C(context_len), C(chunked_prefill_size), C(max_prefill_tokens),
+          C(available_gpu_mem), C(max_mamba_cache_size) for hybrid Mamba models).
+      type: dict
+      sample: {"max_total_num_tokens": 1254567, "max_running_requests": 48, "context_len": 262144}
+    facts_source:
+      description: V(get_server_info) when the endpoint answered, else V(log).
+      type: str
+    error:
+      description: The error the log shows, C(summary) (the exception line) and C(traceback); null when none.
+      type: dict
+      sample: {"summary": "RuntimeError: NCCL error: unhandled system error", "traceback": "Traceback ..."}
+    exit_status:
+      description: Exit status of the main process when the host still knows it (shell style, 137 for SIGKILL).
+      type: int
+    timeline:
+      description: Phases with the log timestamp of the line that started each, and the health answer that made it ready.
+      type: list
+      elements: dict
+    last_log_line:
+      description: Last line of the log.
+      type: str
+    log_tail:
+      description: The last lines of the log of this run.
+      type: list
+      elements: str
+    health:
+      description: Last health answer, C(status) (HTTP status, null when unreachable) and C(error).
+      type: dict
+    killed_pids:
+      description: Pids killed because the server stalled (O(kill_stalled)).
+      type: list
+      elements: int
+    msg:
+      description: One sentence about this server.
+      type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    WAIT_ARGUMENT_SPEC,
+    wait_slice,
+)
+
+
+def main():
+    # _carry: trackers' state from the previous slice, passed by the action plugin; not a user option.
+    module = AnsibleModule(argument_spec=dict(WAIT_ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
+    try:
+        result = wait_slice(module.params, carry=module.params["_carry"], check_mode=module.check_mode)
+    except ValueError as error:
+        module.fail_json(msg=str(error))
+    if result.get("failed"):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
