@@ -1,0 +1,122 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Running ``nvidia-smi --query-*`` and parsing its CSV output.
+
+``run`` is any callable ``run(argv) -> (rc, stdout, stderr)``, e.g. ``AnsibleModule.run_command``.
+"""
+
+import collections
+import os
+import shutil
+
+Field = collections.namedtuple("Field", ["query", "key", "convert"])
+
+
+class NvidiaSmiError(Exception):
+    """nvidia-smi is missing or failed; the message is meant for the user."""
+
+
+def _mib(value):
+    # `nounits` gives "1234"; without it nvidia-smi prints "1234 MiB".
+    return int(value.split()[0])
+
+
+GPU_FIELDS = (
+    Field("index", "index", int),
+    Field("uuid", "uuid", str),
+    Field("name", "name", str),
+    Field("memory.used", "memory_used_mib", _mib),
+    Field("memory.total", "memory_total_mib", _mib),
+    Field("memory.free", "memory_free_mib", _mib),
+)
+
+COMPUTE_APP_FIELDS = (
+    Field("pid", "pid", int),
+    Field("gpu_uuid", "gpu_uuid", str),
+    Field("used_memory", "used_memory_mib", _mib),
+    Field("process_name", "process_name", str),
+)
+
+# Values nvidia-smi prints instead of data ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", ...).
+_NO_VALUE_PREFIXES = ("[", "N/A")
+
+_KNOWN_FAILURES = (
+    ("Driver/library version mismatch",
+     ("the NVIDIA user-space libraries do not match the loaded kernel driver; in an LXC container the "
+      "container's driver libraries must be exactly the host's version (reboot the host after a driver "
+      "update, or install the host's version in the container)")),
+    ("couldn't communicate with the NVIDIA driver",
+     "the NVIDIA kernel driver is not loaded or its device nodes are not visible here"),
+)
+
+
+def parse_csv(text, fields):
+    """Parse ``--format=csv[,noheader][,nounits]`` output into one dict per row, keyed by ``Field.key``.
+
+    A header line is recognised and skipped; placeholders such as ``[N/A]`` become None. Only the
+    last field may contain commas (nvidia-smi does not quote), so put free text last when querying.
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if cells[0] == fields[0].query:
+            continue
+        if len(cells) > len(fields) and fields[-1].convert is str:
+            cells = cells[:len(fields) - 1] + [", ".join(cells[len(fields) - 1:])]
+        if len(cells) != len(fields):
+            raise NvidiaSmiError(
+                f"unexpected nvidia-smi output: expected {len(fields)} columns "
+                f"({','.join(field.query for field in fields)}), got {len(cells)} in {line!r}")
+        row = {}
+        for field, cell in zip(fields, cells):
+            if cell.startswith(_NO_VALUE_PREFIXES):
+                row[field.key] = None
+                continue
+            try:
+                row[field.key] = field.convert(cell)
+            except (ValueError, IndexError):
+                raise NvidiaSmiError(f"unexpected nvidia-smi value {cell!r} for {field.query} in {line!r}")
+        rows.append(row)
+    return rows
+
+
+def resolve_binary(nvidia_smi):
+    """Absolute path of the nvidia-smi executable, or NvidiaSmiError naming what was looked for."""
+    if os.sep in nvidia_smi:
+        if os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK):
+            return nvidia_smi
+        raise NvidiaSmiError(f"nvidia-smi not found: {nvidia_smi} is not an executable file")
+    found = shutil.which(nvidia_smi)
+    if not found:
+        raise NvidiaSmiError(
+            f"nvidia-smi not found: no {nvidia_smi!r} in PATH ({os.environ.get('PATH', '')}); is the NVIDIA "
+            "driver installed here, or set the nvidia_smi option to its path")
+    return found
+
+
+def _query(run, nvidia_smi, query_option, fields, extra_args=()):
+    queried = ",".join(field.query for field in fields)
+    argv = [resolve_binary(nvidia_smi), f"{query_option}={queried}", "--format=csv,noheader,nounits", *extra_args]
+    rc, stdout, stderr = run(argv)
+    if rc != 0:
+        # nvidia-smi prints its errors on stdout.
+        output = " ".join(part.strip() for part in (stdout, stderr) if part and part.strip()) or "no output"
+        failure = f"{' '.join(argv)} failed (rc={rc}): {output}"
+        for needle, explanation in _KNOWN_FAILURES:
+            if needle in output:
+                failure += f". Cause: {explanation}"
+        raise NvidiaSmiError(failure)
+    return parse_csv(stdout, fields)
+
+
+def query_gpus(run, nvidia_smi="nvidia-smi", ids=None):
+    """One dict per GPU: index, uuid, name, memory_used_mib, memory_total_mib, memory_free_mib."""
+    extra = ["--id=" + ",".join(str(gpu) for gpu in ids)] if ids else []
+    return _query(run, nvidia_smi, "--query-gpu", GPU_FIELDS, extra)
+
+
+def query_compute_apps(run, nvidia_smi="nvidia-smi"):
+    """One dict per process NVML reports (empty inside containers: NVML is not PID-namespace aware)."""
+    return _query(run, nvidia_smi, "--query-compute-apps", COMPUTE_APP_FIELDS)

@@ -1,0 +1,192 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Reading /proc: ownership markers, process groups, GPU device holders and port owners.
+
+Stdlib only; runs on the target. Every function takes ``proc_root`` so tests can point it elsewhere,
+but the normal caller reads the live ``/proc``. A process can vanish between any two reads, so every
+reader treats a missing or unreadable entry as "no such process" instead of raising.
+"""
+
+import collections
+import os
+import re
+
+MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+PROC_ROOT = "/proc"
+
+ProcessInfo = collections.namedtuple(
+    "ProcessInfo", ["pid", "ppid", "pgid", "sid", "state", "starttime", "cmdline", "argv"]
+)
+
+_TCP_LISTEN = "0A"
+_SOCKET_LINK = re.compile(r"^socket:\[(\d+)\]$")
+_GPU_DEVICE_NAME = re.compile(r"^nvidia(\d+)$")
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _pid_dirs(proc_root):
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def read_process(pid, proc_root=PROC_ROOT):
+    """Return a ProcessInfo for ``pid``, or None when it does not exist (or vanished meanwhile)."""
+    stat = _read_bytes(os.path.join(proc_root, str(pid), "stat"))
+    if not stat:
+        return None
+    text = stat.decode("utf-8", "replace")
+    # comm (field 2) is in parentheses and may itself contain spaces and ')': split at the last one.
+    open_paren, close_paren = text.find("("), text.rfind(")")
+    if open_paren < 0 or close_paren < 0:
+        return None
+    comm = text[open_paren + 1:close_paren]
+    fields = text[close_paren + 2:].split()
+    # fields[0] is field 3 (state) of proc(5); starttime is field 22.
+    raw_cmdline = _read_bytes(os.path.join(proc_root, str(pid), "cmdline")) or b""
+    argv = [arg.decode("utf-8", "replace") for arg in raw_cmdline.split(b"\0") if arg]
+    return ProcessInfo(
+        pid=int(pid),
+        ppid=int(fields[1]),
+        pgid=int(fields[2]),
+        sid=int(fields[3]),
+        state=fields[0],
+        starttime=int(fields[19]),
+        cmdline=" ".join(argv) if argv else f"[{comm}]",
+        argv=argv,
+    )
+
+
+def read_environ(pid, proc_root=PROC_ROOT):
+    """Environment of ``pid`` as a dict; empty when unreadable (gone, or not ours to read)."""
+    raw = _read_bytes(os.path.join(proc_root, str(pid), "environ")) or b""
+    environ = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            environ[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return environ
+
+
+def marker_of(pid, proc_root=PROC_ROOT):
+    """Name of the gpuops.sglang server that owns ``pid``, or None for a foreign process."""
+    return read_environ(pid, proc_root).get(MARKER_VAR) or None
+
+
+def list_processes(proc_root=PROC_ROOT):
+    processes = (read_process(pid, proc_root) for pid in _pid_dirs(proc_root))
+    return [info for info in processes if info is not None]
+
+
+def find_marked(name=None, proc_root=PROC_ROOT):
+    """Live processes carrying our marker; only those of server ``name`` unless it is None."""
+    found = []
+    for info in list_processes(proc_root):
+        if info.state in ("Z", "X"):
+            continue
+        marker = marker_of(info.pid, proc_root)
+        if marker and (name is None or marker == name):
+            found.append(info)
+    return found
+
+
+def group_members(pgid, proc_root=PROC_ROOT):
+    """Live processes whose process group is ``pgid``."""
+    return [info for info in list_processes(proc_root) if info.pgid == pgid and info.state not in ("Z", "X")]
+
+
+def pid_alive(pid, starttime=None, proc_root=PROC_ROOT):
+    """True when ``pid`` runs (zombies are dead) and, if given, still has ``starttime`` (no PID reuse)."""
+    if not pid:
+        return False
+    info = read_process(pid, proc_root)
+    if info is None or info.state in ("Z", "X"):
+        return False
+    return starttime is None or info.starttime == int(starttime)
+
+
+def _fd_targets(pid, proc_root):
+    """Yield the link target of every open fd of ``pid`` (skipping fds closed while we look)."""
+    fd_dir = os.path.join(proc_root, str(pid), "fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+
+
+def gpu_holders(device_dir="/dev", gpus=None, proc_root=PROC_ROOT):
+    """Map GPU index -> sorted pids holding ``<device_dir>/nvidia<N>`` open.
+
+    NVML cannot list processes inside containers (it is not PID-namespace aware), but every CUDA
+    process keeps the device node open, so /proc/<pid>/fd is the reliable source.
+    """
+    # fd links are resolved absolute paths, so compare against the resolved device dir.
+    real_dir = os.path.realpath(device_dir)
+    wanted = None if gpus is None else {int(gpu) for gpu in gpus}
+    holders = {}
+    for pid in _pid_dirs(proc_root):
+        for target in set(_fd_targets(pid, proc_root)):
+            directory, base = os.path.split(target)
+            match = _GPU_DEVICE_NAME.match(base)
+            if not match or directory != real_dir:
+                continue
+            index = int(match.group(1))
+            if wanted is None or index in wanted:
+                holders.setdefault(index, []).append(pid)
+    return holders
+
+
+def _listening_inodes(port, proc_root):
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        raw = _read_bytes(os.path.join(proc_root, "net", table))
+        if not raw:
+            continue
+        for line in raw.decode("ascii", "replace").splitlines()[1:]:
+            columns = line.split()
+            if len(columns) < 10 or columns[3] != _TCP_LISTEN:
+                continue
+            local_port = int(columns[1].rsplit(":", 1)[1], 16)
+            if local_port == int(port):
+                inodes.add(columns[9])
+    inodes.discard("0")
+    return inodes
+
+
+def port_listeners(port, proc_root=PROC_ROOT):
+    """Pids owning a TCP socket that listens on ``port`` (any address, IPv4 or IPv6)."""
+    inodes = _listening_inodes(port, proc_root)
+    if not inodes:
+        return []
+    owners = []
+    for pid in _pid_dirs(proc_root):
+        for target in _fd_targets(pid, proc_root):
+            match = _SOCKET_LINK.match(target)
+            if match and match.group(1) in inodes:
+                owners.append(pid)
+                break
+    return owners
+
+
+def describe(pid, proc_root=PROC_ROOT):
+    """User-facing summary of ``pid``: command line and owning server (None = foreign)."""
+    info = read_process(pid, proc_root)
+    return {
+        "pid": int(pid),
+        "cmdline": info.cmdline if info else None,
+        "server": marker_of(pid, proc_root),
+    }

@@ -1,0 +1,129 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: gpu_info
+short_description: GPUs of a host with their memory and the processes holding them
+description:
+  - Lists the GPUs with index, uuid, name and memory (from C(nvidia-smi --query-gpu)), and for each the processes
+    that hold its device node open, found through C(/proc/<pid>/fd) - NVML cannot list processes inside
+    containers because it is not PID-namespace aware.
+  - Each process is attributed to the SGLang server whose ownership marker C(GPUOPS_SGLANG_SERVER) it carries;
+    a process without the marker is foreign.
+  - "Fails with a clear message when C(nvidia-smi) is missing or fails, for example with
+    C(NVML: Driver/library version mismatch) in a container whose driver libraries differ from the host's."
+version_added: 1.0.0
+author: gpuops.sglang contributors
+extends_documentation_fragment:
+  - gpuops.sglang.common.gpu
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: N/A
+    details: The module only reads.
+  idempotent:
+    support: full
+    details: The module only reads.
+options:
+  gpus:
+    description: Only report these GPU indexes (default all). An index C(nvidia-smi) does not list fails the task.
+    type: list
+    elements: int
+seealso:
+  - module: gpuops.sglang.server
+"""
+
+EXAMPLES = r"""
+- name: Show every GPU and who holds it
+  gpuops.sglang.gpu_info:
+  register: gpu_info
+
+- name: Look at GPU 3 only
+  gpuops.sglang.gpu_info:
+    gpus: [3]
+  register: gpu3
+
+- name: Fail when a foreign process holds GPU 3
+  ansible.builtin.assert:
+    that: gpu3.gpus[0].processes | rejectattr('ours') | list | length == 0
+    fail_msg: "GPU 3 is held by {{ gpu3.gpus[0].processes | rejectattr('ours') | list }}"
+"""
+
+RETURN = r"""
+gpus:
+  description: One entry per GPU, ordered by index.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: GPU index as C(nvidia-smi) numbers it.
+      type: int
+      sample: 0
+    uuid:
+      description: GPU uuid.
+      type: str
+      sample: GPU-040846e7-3418-8634-015a-4c7a97c15369
+    name:
+      description: Product name.
+      type: str
+      sample: NVIDIA H200
+    memory_used_mib:
+      description: Used memory in MiB.
+      type: int
+      sample: 21099
+    memory_total_mib:
+      description: Total memory in MiB.
+      type: int
+      sample: 143771
+    memory_free_mib:
+      description: Free memory in MiB.
+      type: int
+      sample: 122058
+    processes:
+      description: Processes holding the GPU's device node open.
+      type: list
+      elements: dict
+      contains:
+        pid:
+          description: Process id (in this host's or container's PID namespace).
+          type: int
+        cmdline:
+          description: Command line (or C([comm]) when it has none).
+          type: str
+        server:
+          description: Server name from its ownership marker; null for a foreign process.
+          type: str
+        ours:
+          description: Whether the process carries the ownership marker.
+          type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+    COMMON_ARGUMENT_SPEC,
+    ServerControlError,
+    gpu_inventory,
+)
+
+
+def main():
+    argument_spec = {
+        "nvidia_smi": COMMON_ARGUMENT_SPEC["nvidia_smi"],
+        "gpu_device_dir": COMMON_ARGUMENT_SPEC["gpu_device_dir"],
+        "gpus": {"type": "list", "elements": "int"},
+    }
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    try:
+        gpus = gpu_inventory(module.run_command, module.params["nvidia_smi"], module.params["gpu_device_dir"],
+                             module.params["gpus"])
+    except ServerControlError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, gpus=gpus)
+
+
+if __name__ == "__main__":
+    main()

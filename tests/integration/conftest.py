@@ -1,0 +1,264 @@
+"""Shared fixtures for integration tests: real ansible-playbook runs against simulated SGLang servers.
+
+Everything runs on this machine: ``localhost`` with the local connection, a fake GPU host made by
+tests/simulator/fakegpu.py (``fake_gpus``), simulated model directories (``model_dir``) and launch
+scripts that exec tests/simulator/sglang_sim.py (``make_server``). Modules are run through
+``ansible-playbook`` (``ansible`` fixture), never by calling Python functions.
+
+Cleanup: every process a test starts - through ansible or directly - carries the test's token in the
+environment variable GPUOPS_TEST_TOKEN (inherited by SGLang children and orphans alike), and the
+autouse fixture ``test_token`` SIGKILLs every process carrying it when the test ends. Processes of
+other tests or other users of this machine are never touched.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SIMULATOR_DIR = os.path.join(REPO_ROOT, "tests", "simulator")
+SGLANG_SIM = os.path.join(SIMULATOR_DIR, "sglang_sim.py")
+FAKEGPU = os.path.join(SIMULATOR_DIR, "fakegpu.py")
+# The venv interpreter runs ansible, the modules and the simulated servers alike.
+PYTHON = sys.executable
+BIN_DIR = os.path.dirname(PYTHON)
+TOKEN_VAR = "GPUOPS_TEST_TOKEN"
+MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+
+sys.path.insert(0, SIMULATOR_DIR)
+import fakegpu
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def tagged_pids(token):
+    """Pids of live processes whose environment carries ``GPUOPS_TEST_TOKEN=<token>``."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    return [int(name) for name in os.listdir("/proc")
+            if name.isdigit() and int(name) != os.getpid() and needle in _environ(name)]
+
+
+@pytest.fixture(autouse=True)
+def test_token():
+    """A token unique to this test; every process carrying it is killed when the test ends."""
+    token = uuid.uuid4().hex
+    yield token
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = tagged_pids(token)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def wait_until():
+    """``wait_until(predicate, timeout=10, what=...)``: poll until predicate() is truthy, else fail the test."""
+    def wait(predicate, timeout=10.0, what="condition"):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            time.sleep(0.1)
+    return wait
+
+
+def free_port():
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class FakeGpuHost:
+    """A fake GPU host directory: ``nvidia_smi`` (executable), ``device_dir`` (nvidia<N> files), memory."""
+
+    def __init__(self, directory, token, count=8):
+        self.dir = str(directory)
+        self.token = token
+        self.count = count
+        self.nvidia_smi = os.path.join(self.dir, "bin", "nvidia-smi")
+        self.device_dir = os.path.join(self.dir, "dev")
+        self.init()
+
+    def init(self, **options):
+        """(Re)initialise, keeping allocations; options of fakegpu.init (release_delay, fail, ...)."""
+        fakegpu.init(self.dir, count=self.count, **options)
+
+    def used_mib(self, index):
+        _config, gpus, _apps = fakegpu.gpu_status(self.dir)
+        return gpus[index]["used_mib"]
+
+    def hold(self, gpu, mib=20000, server=None):
+        """Start a process that opens device nvidia<gpu> and allocates ``mib`` on it, like a CUDA process.
+
+        Without ``server`` it is foreign (no ownership marker). Returns the Popen once it holds the memory.
+        """
+        env = {key: value for key, value in os.environ.items() if key != MARKER_VAR}
+        env[TOKEN_VAR] = self.token
+        if server:
+            env[MARKER_VAR] = server
+        code = textwrap.dedent(f"""
+            import os, sys, time
+            sys.path.insert(0, {SIMULATOR_DIR!r})
+            import fakegpu
+            device = fakegpu.open_device({self.dir!r}, {gpu})
+            fakegpu.allocate({self.dir!r}, os.getpid(), {gpu}, {mib}, "python3")
+            print("holding", flush=True)
+            time.sleep(600)
+        """)
+        holder = subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        assert holder.stdout.readline().strip() == "holding"
+        return holder
+
+
+@pytest.fixture
+def fake_gpus(tmp_path, test_token):
+    """An 8-GPU fake host (NVIDIA H200, 143771 MiB each) under tmp_path/gpu."""
+    return FakeGpuHost(tmp_path / "gpu", test_token)
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A small simulated model directory (2 shards, 2 GiB of weights)."""
+    path = str(tmp_path / "model")
+    subprocess.run([PYTHON, SGLANG_SIM, "--make-model", path, "--shards", "2", "--weights-gib", "2"], check=True)
+    return path
+
+
+@pytest.fixture
+def make_server(tmp_path, fake_gpus, model_dir, test_token):
+    """Factory writing a launch script for a simulated server; returns its ``servers:`` entry.
+
+    ``make_server(name, gpus, port=None, fault=None, time_scale=0.05, env=None)`` -> dict with name,
+    port, gpus, launch_script and log_path. The script exports the ownership marker, SPT_NOENV=1, the
+    fake GPU dir, CUDA_VISIBLE_DEVICES and the simulator settings, then execs sglang_sim.py with
+    TP = len(gpus).
+    ``fault`` is SGLANG_SIM_FAULT; ``env`` adds or overrides exported variables.
+    """
+    scripts, logs = tmp_path / "scripts", tmp_path / "logs"
+    scripts.mkdir(exist_ok=True)
+
+    def make(name, gpus, port=None, fault=None, time_scale=0.05, env=None):
+        port = port or free_port()
+        exports = {
+            MARKER_VAR: name,
+            # setproctitle (scheduler titles) would otherwise overwrite /proc/<pid>/environ and the marker.
+            "SPT_NOENV": "1",
+            TOKEN_VAR: test_token,
+            "GPUOPS_FAKE_GPU_DIR": fake_gpus.dir,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in gpus),
+            "SGLANG_SIM_TIME_SCALE": str(time_scale),
+        }
+        if fault:
+            exports["SGLANG_SIM_FAULT"] = fault
+        exports.update(env or {})
+        lines = ["#!/bin/sh"] + [f"export {key}='{value}'" for key, value in exports.items()]
+        lines.append(f"exec {PYTHON} {SGLANG_SIM} --model-path {model_dir} --host 127.0.0.1 --port {port} "
+                     f"--tp-size {len(gpus)}")
+        script = scripts / f"{name}.sh"
+        script.write_text("\n".join(lines) + "\n")
+        script.chmod(0o755)
+        return {"name": name, "port": port, "gpus": list(gpus), "launch_script": str(script),
+                "log_path": str(logs / f"{name}.log")}
+
+    return make
+
+
+@pytest.fixture
+def host_args(tmp_path, fake_gpus):
+    """Module options pointing at the fake host: state_dir, nvidia_smi, gpu_device_dir."""
+    return {"state_dir": str(tmp_path / "state"), "nvidia_smi": fake_gpus.nvidia_smi,
+            "gpu_device_dir": fake_gpus.device_dir}
+
+
+class PlaybookRun:
+    """A started ansible-playbook; ``results()`` waits and returns one host result per task."""
+
+    def __init__(self, process, playbook):
+        self.process = process
+        self.playbook = playbook
+        self.rc = None
+        self.stdout = self.stderr = ""
+
+    def results(self, timeout=120):
+        self.stdout, self.stderr = self.process.communicate(timeout=timeout)
+        self.rc = self.process.returncode
+        try:
+            report = json.loads(self.stdout)
+        except ValueError:
+            pytest.fail(f"ansible-playbook printed no JSON (rc={self.rc}):\n{self.stdout}\n{self.stderr}")
+        return [task["hosts"]["localhost"] for play in report["plays"] for task in play["tasks"]]
+
+    def result(self, timeout=120):
+        """The result of the last task (the module under test in a one-task playbook)."""
+        return self.results(timeout)[-1]
+
+
+class Ansible:
+    """Runs modules through ansible-playbook on localhost (local connection), JSON results back."""
+
+    def __init__(self, workdir, token):
+        self.workdir = workdir
+        self.inventory = os.path.join(workdir, "hosts")
+        with open(self.inventory, "w") as handle:
+            handle.write(f"localhost ansible_connection=local ansible_python_interpreter={PYTHON}\n")
+        self.env = dict(os.environ, **{
+            TOKEN_VAR: token,
+            "ANSIBLE_CONFIG": os.path.join(REPO_ROOT, "ansible.cfg"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+            "ANSIBLE_LOCAL_TEMP": os.path.join(workdir, "local-tmp"),
+            "ANSIBLE_NOCOLOR": "1",
+        })
+        self.env.pop(MARKER_VAR, None)
+        self.count = 0
+
+    def start_playbook(self, tasks, check=False, diff=False, extra_args=()):
+        """Start ansible-playbook with ``tasks`` (a list of task dicts) for localhost; returns a PlaybookRun."""
+        self.count += 1
+        playbook = os.path.join(self.workdir, f"playbook-{self.count}.yml")
+        with open(playbook, "w") as handle:
+            json.dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}], handle, indent=2)
+        argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", self.inventory, playbook] + list(extra_args)
+        argv += ["--check"] if check else []
+        argv += ["--diff"] if diff else []
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return PlaybookRun(process, playbook)
+
+    def start_module(self, module, args, check=False, diff=False):
+        return self.start_playbook([{"name": module, module: args}], check=check, diff=diff)
+
+    def module(self, module, args, check=False, diff=False, timeout=120):
+        """Run one module task and return its result dict (``failed``/``msg`` on failure)."""
+        return self.start_module(module, args, check=check, diff=diff).result(timeout)
+
+
+@pytest.fixture
+def ansible(tmp_path, test_token):
+    """An :class:`Ansible` runner; modules run as ``ansible.module("gpuops.sglang.server", {...})``."""
+    workdir = tmp_path / "ansible"
+    workdir.mkdir()
+    return Ansible(str(workdir), test_token)

@@ -1,0 +1,52 @@
+"""gpuops.sglang.gpu_info through ansible-playbook against a fake GPU host."""
+
+MODULE = "gpuops.sglang.gpu_info"
+
+
+def gpu_args(fake_gpus, **extra):
+    return dict({"nvidia_smi": fake_gpus.nvidia_smi, "gpu_device_dir": fake_gpus.device_dir}, **extra)
+
+
+def test_holders_with_owner_names(ansible, fake_gpus):
+    ours = fake_gpus.hold(1, mib=3000, server="alpha")
+    foreign = fake_gpus.hold(3, mib=5000)
+    result = ansible.module(MODULE, gpu_args(fake_gpus))
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    gpus = {gpu["index"]: gpu for gpu in result["gpus"]}
+    assert sorted(gpus) == list(range(8))
+    assert gpus[1]["memory_used_mib"] == 3000 and gpus[3]["memory_used_mib"] == 5000
+    assert gpus[0]["memory_used_mib"] == 0 and gpus[0]["processes"] == []
+    assert gpus[0]["name"] == "NVIDIA H200" and gpus[0]["memory_total_mib"] == 143771
+    assert gpus[0]["uuid"].startswith("GPU-")
+    [holder] = gpus[1]["processes"]
+    assert (holder["pid"], holder["server"], holder["ours"]) == (ours.pid, "alpha", True)
+    [stranger] = gpus[3]["processes"]
+    assert (stranger["pid"], stranger["server"], stranger["ours"]) == (foreign.pid, None, False)
+    assert "fakegpu.open_device" in stranger["cmdline"]
+
+
+def test_selected_gpus_and_unknown_index(ansible, fake_gpus):
+    result = ansible.module(MODULE, gpu_args(fake_gpus, gpus=[2, 5]))
+    assert [gpu["index"] for gpu in result["gpus"]] == [2, 5]
+    result = ansible.module(MODULE, gpu_args(fake_gpus, gpus=[2, 9]))
+    assert result["failed"]
+    assert result["msg"] == "GPU index 9 not present on this host (nvidia-smi lists 0, 1, 2, 3, 4, 5, 6, 7)"
+
+
+def test_driver_mismatch_fails_clearly(ansible, fake_gpus):
+    fake_gpus.init(fail="driver_mismatch")
+    result = ansible.module(MODULE, gpu_args(fake_gpus))
+    assert result["failed"]
+    assert "Failed to initialize NVML: Driver/library version mismatch" in result["msg"]
+    assert "the container's driver libraries must be exactly the host's version" in result["msg"]
+
+
+def test_missing_binary_fails_clearly(ansible, fake_gpus, tmp_path):
+    missing = str(tmp_path / "no-such" / "nvidia-smi")
+    result = ansible.module(MODULE, gpu_args(fake_gpus, nvidia_smi=missing))
+    assert result["failed"]
+    assert result["msg"] == f"nvidia-smi not found: {missing} is not an executable file"
+    result = ansible.module(MODULE, gpu_args(fake_gpus, nvidia_smi="nvidia-smi-not-installed"))
+    assert result["failed"]
+    assert "nvidia-smi not found: no 'nvidia-smi-not-installed' in PATH" in result["msg"]

@@ -1,0 +1,378 @@
+"""gpuops.sglang.server through ansible-playbook against simulated SGLang servers on a fake GPU host."""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+
+import pytest
+
+MODULE = "gpuops.sglang.server"
+MARKER = b"GPUOPS_SGLANG_SERVER="
+
+
+@pytest.fixture
+def marked(test_token):
+    """``marked(name)``: live pids of this test carrying the ownership marker of server ``name``.
+
+    Other tests on this machine may run servers of the same name, hence the test token filter.
+    """
+    token = f"GPUOPS_TEST_TOKEN={test_token}".encode()
+
+    def pids(name):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    environ = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if MARKER + name.encode() in environ and token in environ and alive(entry):
+                found.append(int(entry))
+        return sorted(found)
+    return pids
+
+
+def stat_fields(pid):
+    """Fields 3.. of /proc/<pid>/stat (state, ppid, pgrp, session, ...), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(pid):
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def read_state(host_args, name):
+    with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def server(ansible, host_args):
+    """``server(servers, **options)`` runs the module (options: state, check, diff, ...) and returns its result."""
+    def run(servers, check=False, diff=False, **options):
+        return ansible.module(MODULE, dict(host_args, servers=servers, **options), check=check, diff=diff)
+    return run
+
+
+@pytest.fixture
+def started(server, fake_gpus, wait_until):
+    """``started(*specs)`` launches the servers and waits until each holds GPU memory; returns their pids."""
+    def start(*specs):
+        result = server(list(specs))
+        assert not result.get("failed"), result.get("msg")
+        for spec in specs:
+            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 0 for gpu in spec["gpus"]),
+                       what=f"server {spec['name']} to allocate GPU memory")
+        return {entry["name"]: entry["pid"] for entry in result["servers"]}
+    return start
+
+
+def by_name(result):
+    return {entry["name"]: entry for entry in result["servers"]}
+
+
+def test_start_records_state_and_second_run_is_idempotent(server, started, make_server, host_args, fake_gpus, marked):
+    alpha, beta = make_server("alpha", [0, 1]), make_server("beta", [2])
+    pids = started(alpha, beta)
+    for spec in (alpha, beta):
+        state = read_state(host_args, spec["name"])
+        assert state["pid"] == state["pgid"] == pids[spec["name"]]
+        assert (state["port"], state["gpus"], state["launch_script"], state["log_path"]) == (
+            spec["port"], spec["gpus"], spec["launch_script"], spec["log_path"])
+        with open(spec["launch_script"], "rb") as handle:
+            assert state["script_sha256"] == hashlib.sha256(handle.read()).hexdigest()
+        assert state["pid_starttime"] == int(stat_fields(state["pid"])[19])
+        # The SGLang main process and its schedulers all carry the marker.
+        assert state["pid"] in marked(spec["name"]) and len(marked(spec["name"])) > 1
+    assert fake_gpus.used_mib(3) == 0
+
+    again = server([alpha, beta])
+    assert again["changed"] is False
+    for entry in again["servers"]:
+        assert entry["action"] == "unchanged" and entry["pid"] == pids[entry["name"]]
+        assert entry["killed_pids"] == []
+
+
+def test_changed_script_relaunches_only_that_server(server, started, make_server, fake_gpus, marked):
+    alpha, beta = make_server("alpha", [0, 1]), make_server("beta", [2])
+    pids = started(alpha, beta)
+    old_alpha = set(marked("alpha"))
+    with open(alpha["launch_script"], "a") as handle:
+        handle.write("# tuned\n")
+    result = server([alpha, beta])
+    assert result["changed"] is True
+    entries = by_name(result)
+    assert entries["alpha"]["action"] == "relaunched"
+    assert entries["alpha"]["reason"] == "changed: launch script content"
+    assert set(entries["alpha"]["killed_pids"]) == old_alpha
+    assert entries["alpha"]["gpu_memory_before_mib"]["0"] > 0
+    assert entries["alpha"]["gpu_memory_after_mib"] == {"0": 0, "1": 0}
+    assert entries["alpha"]["pid"] != pids["alpha"] and alive(entries["alpha"]["pid"])
+    assert not any(alive(pid) for pid in old_alpha)
+    assert entries["beta"]["action"] == "unchanged" and entries["beta"]["killed_pids"] == []
+    assert alive(pids["beta"])
+
+
+def test_check_mode_launches_nothing(server, started, make_server, host_args, marked):
+    alpha, beta = make_server("alpha", [0]), make_server("beta", [1])
+    pids = started(alpha)
+    with open(alpha["launch_script"], "a") as handle:
+        handle.write("# tuned\n")
+    result = server([alpha, beta], check=True, diff=True)
+    assert result["changed"] is True
+    entries = by_name(result)
+    assert entries["alpha"]["action"] == "relaunched" and entries["beta"]["action"] == "launched"
+    assert entries["alpha"]["killed_pids"] == [] and entries["beta"]["pid"] is None
+    assert result["diff"]["before"]["beta"]["running"] is False
+    assert result["diff"]["after"]["beta"]["running"] is True
+    assert result["diff"]["after"]["beta"]["script_sha256"] != result["diff"]["before"]["beta"]["script_sha256"]
+    # Nothing happened: alpha still runs as before, beta was not launched, no state written for it.
+    assert alive(pids["alpha"]) and read_state(host_args, "alpha")["pid"] == pids["alpha"]
+    assert marked("beta") == []
+    assert not os.path.exists(os.path.join(host_args["state_dir"], "beta.json"))
+    assert not os.path.exists(beta["log_path"])
+
+
+def test_diff_shows_before_and_after(server, started, make_server):
+    alpha = make_server("alpha", [0])
+    pids = started(alpha)
+    result = server([alpha], state="restarted", diff=True)
+    before, after = result["diff"]["before"]["alpha"], result["diff"]["after"]["alpha"]
+    assert before["running"] and before["pid"] == pids["alpha"]
+    assert after["running"] and after["pid"] == result["servers"][0]["pid"] != pids["alpha"]
+    assert before["script_sha256"] == after["script_sha256"]
+    # Without --diff no diff is returned.
+    assert "diff" not in server([alpha])
+
+
+def test_restart_rotates_logs_and_never_truncates(server, started, make_server):
+    alpha = make_server("alpha", [0])
+    started(alpha)
+    log = alpha["log_path"]
+    with open(log, "a") as handle:
+        handle.write("first run was here\n")
+    first_size = os.path.getsize(log)
+    result = server([alpha], state="restarted")
+    assert result["servers"][0]["rotated_log"] == log + ".1"
+    assert os.path.getsize(log + ".1") >= first_size
+    with open(log + ".1") as handle:
+        assert "first run was here" in handle.read()
+    server([alpha], state="restarted")
+    with open(log + ".2") as handle:
+        assert "first run was here" in handle.read()
+    with open(log) as handle:
+        assert "first run was here" not in handle.read()
+
+
+def test_stop_waits_until_memory_is_released(server, started, make_server, fake_gpus, host_args, marked):
+    # slow_release: the driver keeps the memory for 1.5 s after the processes are gone.
+    alpha = make_server("alpha", [4, 5], fault="slow_release", env={"SGLANG_SIM_RELEASE_DELAY": "1.5"})
+    started(alpha)
+    result = server([alpha], state="stopped")
+    assert not result.get("failed"), result.get("msg")
+    entry = result["servers"][0]
+    assert entry["action"] == "stopped" and entry["killed_pids"]
+    assert entry["gpu_memory_after_mib"] == {"4": 0, "5": 0}
+    # The module returned only once the memory was back: it is free right now.
+    assert fake_gpus.used_mib(4) == 0 and fake_gpus.used_mib(5) == 0
+    assert marked("alpha") == []
+    assert not os.path.exists(os.path.join(host_args["state_dir"], "alpha.json"))
+    again = server([{"name": "alpha"}], state="stopped")
+    assert again["changed"] is False and again["servers"][0]["action"] == "already_stopped"
+
+
+def test_memory_not_freed_in_time_fails_clearly(server, started, make_server):
+    alpha = make_server("alpha", [4], fault="slow_release", env={"SGLANG_SIM_RELEASE_DELAY": "30"})
+    started(alpha)
+    result = server([alpha], state="stopped", gpu_free_timeout=0.5)
+    assert result["failed"]
+    assert result["msg"].startswith("GPU memory not freed within gpu_free_timeout=0.5 s (threshold 1024 MiB): GPU 4 uses ")
+    assert "no process here holds the device" in result["msg"]
+    assert result["changed"] is True and result["servers"][0]["killed_pids"]
+
+
+def test_orphaned_scheduler_is_found_by_marker(server, started, make_server, fake_gpus, host_args, marked):
+    alpha = make_server("alpha", [6, 7], fault="orphan_scheduler")
+    pids = started(alpha)
+    os.kill(pids["alpha"], signal.SIGKILL)
+    # The schedulers left the launcher's process group (setsid), outlive it and keep their GPU memory.
+    orphans = [pid for pid in marked("alpha") if pid != pids["alpha"] and int(stat_fields(pid)[2]) == pid]
+    assert len(orphans) == 2 and fake_gpus.used_mib(6) > 0 and fake_gpus.used_mib(7) > 0
+    result = server([{"name": "alpha"}], state="stopped")
+    assert not result.get("failed"), result.get("msg")
+    assert set(orphans) <= set(result["servers"][0]["killed_pids"])
+    assert not any(alive(pid) for pid in orphans)
+    assert result["servers"][0]["gpu_memory_after_mib"] == {"6": 0, "7": 0}
+
+
+def test_ignored_sigterm_escalates_to_sigkill(server, started, make_server, marked):
+    alpha = make_server("alpha", [0], fault="ignore_sigterm")
+    pids = started(alpha)
+    result = server([alpha], state="stopped", stop_timeout=1)
+    assert not result.get("failed"), result.get("msg")
+    signals = {entry["pid"]: entry["signal"] for entry in result["servers"][0]["killed"]}
+    assert signals[pids["alpha"]] == "SIGKILL"
+    assert marked("alpha") == []
+
+
+def test_foreign_gpu_holder_is_refused_then_killed_with_force(server, started, make_server, fake_gpus):
+    alpha = make_server("alpha", [2, 3])
+    pids = started(alpha)
+    foreign = fake_gpus.hold(3, mib=8000)
+    result = server([alpha], state="restarted")
+    assert result["failed"]
+    assert result["msg"] == (
+        f"refusing to touch any process: GPU 3 is held by foreign process {foreign.pid} ({sys.executable} -c "
+        f"{foreign.args[2]}) that has no GPUOPS_SGLANG_SERVER marker; refusing to kill it: stop it yourself or "
+        "set force_kill_gpu_holders: true")
+    assert alive(pids["alpha"]) and foreign.poll() is None
+
+    result = server([alpha], state="restarted", force_kill_gpu_holders=True)
+    assert not result.get("failed"), result.get("msg")
+    [killed] = result["foreign_killed"]
+    assert (killed["pid"], killed["server"], killed["holds"]) == (foreign.pid, None, "GPU 3")
+    assert foreign.wait(timeout=10) == -signal.SIGTERM
+    assert result["servers"][0]["action"] == "relaunched" and not alive(pids["alpha"])
+
+
+def test_foreign_port_owner_is_refused_before_anything_is_killed(server, started, make_server, marked):
+    beta = make_server("beta", [1])
+    pids = started(beta)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        alpha = make_server("alpha", [0], port=port)
+        with open(beta["launch_script"], "a") as handle:
+            handle.write("# changed: beta would be relaunched\n")
+        result = server([alpha, beta])
+    assert result["failed"]
+    assert f"port {port} of server 'alpha' is in use by foreign process {os.getpid()} (" in result["msg"]
+    assert "free the port or choose another one" in result["msg"]
+    assert alive(pids["beta"]) and marked("alpha") == []
+
+
+def test_stale_server_on_needed_gpu_is_stopped(server, make_server, fake_gpus, host_args):
+    old = fake_gpus.hold(5, mib=4000, server="renamed-away")
+    alpha = make_server("alpha", [5])
+    # Marked, but unknown to this state_dir: another deployment's server, left alone.
+    result = server([alpha])
+    assert result["failed"]
+    assert (f"GPU 5 is held by pid {old.pid} ({old.args[0]} -c {old.args[2]}) of server 'renamed-away', which has "
+            f"no state file in {host_args['state_dir']} (another deployment?); stop it first") in result["msg"]
+    assert old.poll() is None
+    # Recorded in this state_dir: a server that was renamed away, stopped with the rest.
+    stale_state = os.path.join(host_args["state_dir"], "renamed-away.json")
+    with open(stale_state, "w") as handle:
+        json.dump({"name": "renamed-away", "pid": old.pid, "gpus": [5]}, handle)
+    result = server([alpha])
+    assert not result.get("failed"), result.get("msg")
+    [stale] = result["stale_killed"]
+    assert (stale["pid"], stale["server"], stale["holds"], stale["signal"]) == (
+        old.pid, "renamed-away", "GPU 5", "SIGTERM")
+    assert old.wait(timeout=10) == -signal.SIGTERM
+    assert result["servers"][0]["gpu_memory_after_mib"] == {"5": 0}
+    assert not os.path.exists(stale_state)
+
+
+def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_server, tmp_path, marked):
+    beta = make_server("beta", [6])
+    pids = started(beta)
+    not_executable = tmp_path / "plain.sh"
+    not_executable.write_text("#!/bin/sh\n")
+    alpha = make_server("alpha", [0, 6])
+    result = server([
+        alpha,
+        dict(beta, port=alpha["port"]),
+        dict(alpha, gpus=[1], port=1),
+        {"name": "bad name", "port": 70000, "gpus": [2], "launch_script": str(not_executable),
+         "log_path": str(tmp_path / "x.log")},
+        {"name": "gamma", "gpus": [3]},
+    ], state="restarted", stop_timeout=-1)
+    assert result["failed"]
+    assert result["problems"] == [
+        "stop_timeout must be >= 0, got -1.0",
+        f"port {alpha['port']} is used by both 'alpha' and 'beta'",
+        "GPU 6 is assigned to both 'alpha' and 'beta'",
+        "duplicate server name 'alpha' (servers[0] and servers[2])",
+        ("servers[3].name 'bad name' is invalid: use letters, digits, '.', '_' and '-' (it names files and the "
+         "marker value)"),
+        "servers[3] (bad name).port 70000 is out of range 1-65535",
+        f"servers[3] (bad name).launch_script {not_executable} is not executable (mode 0o644); make it executable",
+        "servers[4] (gamma): port, launch_script, log_path required for state=restarted",
+    ]
+    assert result["msg"] == "invalid request: " + "; ".join(result["problems"])
+
+    result = server([dict(beta, gpus=[6, 8, 9])], state="restarted")
+    assert result["failed"]
+    assert result["msg"] == ("GPU index not present on this host (nvidia-smi lists 0, 1, 2, 3, 4, 5, 6, 7): "
+                             "8 of server 'beta', 9 of server 'beta'")
+
+    result = server([beta], state="bogus")
+    assert result["failed"]
+    assert result["msg"] == "value of state must be one of: started, restarted, stopped, got: bogus"
+    result = server([dict(beta, gpus=["six"])])
+    assert result["failed"]
+    assert "six" in result["msg"] and "gpus" in result["msg"]
+    assert alive(pids["beta"]) and pids["beta"] in marked("beta")
+
+
+def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, started, make_server, host_args,
+                                                            wait_until):
+    alpha = make_server("alpha", [0], fault="ignore_sigterm")
+    pids = started(alpha)
+    # The first run holds the lock while it waits stop_timeout for the SIGTERM-ignoring server.
+    first = ansible.start_module(MODULE, dict(host_args, servers=[alpha], state="restarted", stop_timeout=8))
+    lock_file = os.path.join(host_args["state_dir"], ".lock")
+    holder = wait_until(lambda: read_text(lock_file), what="the first run to take the lock")
+    holder_pid = json.loads(holder)["pid"]
+    second = ansible.start_module(MODULE, dict(host_args, servers=[alpha], lock_timeout=120))
+
+    refused = server([alpha], lock_timeout=0)
+    assert refused["failed"]
+    assert refused["msg"].startswith(f"another run holds the host lock {lock_file}: pid {holder_pid} (")
+    assert refused["msg"].endswith("; gave up after lock_timeout=0.0 s")
+
+    relaunched = first.result()
+    assert not relaunched.get("failed"), relaunched.get("msg")
+    new_pid = relaunched["servers"][0]["pid"]
+    assert new_pid != pids["alpha"]
+    # The waiting run only looked once the first was done: it finds the relaunched server current.
+    waited = second.result()
+    assert not waited.get("failed"), waited.get("msg")
+    assert waited["servers"][0]["action"] == "unchanged" and waited["servers"][0]["pid"] == new_pid
+
+
+def test_launch_is_detached_and_marked(server, make_server, test_token):
+    alpha = make_server("alpha", [0])
+    # A bare script (no marker, no SPT_NOENV) that sleeps: its fds and environment are what the launch gave it.
+    with open(alpha["launch_script"], "w") as handle:
+        handle.write(f"#!/bin/sh\nexport GPUOPS_TEST_TOKEN={test_token}\nexec sleep 600\n")
+    result = server([alpha])
+    pid = result["servers"][0]["pid"]
+    fields = stat_fields(pid)
+    assert int(fields[3]) == int(fields[2]) == pid  # own session and process group
+    assert fields[4] == "0"  # no controlling terminal
+    links = {fd: os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert links == {"0": "/dev/null", "1": alpha["log_path"], "2": alpha["log_path"]}
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        environ = handle.read().split(b"\0")
+    assert b"GPUOPS_SGLANG_SERVER=alpha" in environ and b"SPT_NOENV=1" in environ

@@ -1,0 +1,141 @@
+"""/proc parsing against a real child process: its environ, fds, listening socket and process group."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+
+# Holds <dir>/nvidia2 open and listens on a TCP port, like an SGLang process holding GPU 2.
+CHILD = textwrap.dedent("""
+    import socket, sys, time
+    device = open(sys.argv[1], "rb")
+    listener = socket.socket(socket.AF_INET6)
+    listener.bind(("::", 0))
+    listener.listen()
+    print(listener.getsockname()[1], flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.fixture
+def device_dir(tmp_path):
+    directory = tmp_path / "dev"
+    directory.mkdir()
+    for index in range(4):
+        (directory / f"nvidia{index}").touch()
+    return directory
+
+
+def spawn(executable, device, marker="unit-a"):
+    env = dict(os.environ)
+    env.pop(procfs.MARKER_VAR, None)
+    if marker:
+        env[procfs.MARKER_VAR] = marker
+    child = subprocess.Popen([str(executable), "-c", CHILD, str(device)], stdout=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
+    port = int(child.stdout.readline())
+    return child, port
+
+
+@pytest.fixture
+def child(device_dir):
+    process, port = spawn(sys.executable, device_dir / "nvidia2")
+    yield process, port
+    process.kill()
+    process.wait()
+
+
+def test_read_process_fields(child):
+    process, _port = child
+    info = procfs.read_process(process.pid)
+    assert info.pid == process.pid
+    assert info.ppid == os.getpid()
+    # start_new_session: leader of its own session and process group.
+    assert info.pgid == process.pid and info.sid == process.pid
+    assert info.state in ("S", "R")
+    assert info.argv[0] == sys.executable and info.argv[1] == "-c"
+    assert info.cmdline.startswith(sys.executable + " -c ")
+    with open(f"/proc/{process.pid}/stat") as handle:
+        assert str(info.starttime) == handle.read().rsplit(")", 1)[1].split()[19]
+
+
+def test_comm_with_spaces_and_parentheses(tmp_path, device_dir):
+    # comm is the executable's name; ') ' inside it must not shift the fields after it.
+    odd = tmp_path / "odd) (name x"
+    odd.symlink_to(sys.executable)
+    process, _port = spawn(odd, device_dir / "nvidia1")
+    try:
+        info = procfs.read_process(process.pid)
+        assert (info.pid, info.ppid, info.pgid) == (process.pid, os.getpid(), process.pid)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_marker_and_environ(child, device_dir):
+    process, _port = child
+    assert procfs.read_environ(process.pid)[procfs.MARKER_VAR] == "unit-a"
+    assert procfs.marker_of(process.pid) == "unit-a"
+    assert process.pid in [info.pid for info in procfs.find_marked("unit-a")]
+    assert process.pid in [info.pid for info in procfs.find_marked()]
+    assert procfs.find_marked("unit-b") == []
+    foreign, _port = spawn(sys.executable, device_dir / "nvidia3", marker=None)
+    try:
+        assert procfs.marker_of(foreign.pid) is None
+        assert foreign.pid not in [info.pid for info in procfs.find_marked()]
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_group_members(child):
+    process, _port = child
+    assert [info.pid for info in procfs.group_members(process.pid)] == [process.pid]
+
+
+def test_pid_alive_checks_starttime_and_zombies(child):
+    process, _port = child
+    starttime = procfs.read_process(process.pid).starttime
+    assert procfs.pid_alive(process.pid)
+    assert procfs.pid_alive(process.pid, starttime)
+    assert not procfs.pid_alive(process.pid, starttime + 1)
+    process.send_signal(signal.SIGKILL)
+    # Not reaped yet: a zombie, which holds nothing and counts as dead.
+    while procfs.read_process(process.pid).state != "Z":
+        time.sleep(0.01)
+    assert not procfs.pid_alive(process.pid, starttime)
+    assert procfs.find_marked("unit-a") == []
+    process.wait()
+    assert procfs.read_process(process.pid) is None
+    assert procfs.read_environ(process.pid) == {}
+    assert not procfs.pid_alive(process.pid)
+
+
+def test_gpu_holders(child, device_dir, tmp_path):
+    process, _port = child
+    assert procfs.gpu_holders(str(device_dir)) == {2: [process.pid]}
+    assert procfs.gpu_holders(str(device_dir), gpus=[2, 3]) == {2: [process.pid]}
+    assert procfs.gpu_holders(str(device_dir), gpus=[0, 1]) == {}
+    # A device dir reached through a symlink names the same files.
+    alias = tmp_path / "dev-alias"
+    alias.symlink_to(device_dir)
+    assert procfs.gpu_holders(str(alias), gpus=[2]) == {2: [process.pid]}
+
+
+def test_port_listeners(child):
+    process, port = child
+    assert procfs.port_listeners(port) == [process.pid]
+    process.kill()
+    process.wait()
+    assert procfs.port_listeners(port) == []
+
+
+def test_describe(child):
+    process, _port = child
+    assert procfs.describe(process.pid) == {
+        "pid": process.pid, "cmdline": procfs.read_process(process.pid).cmdline, "server": "unit-a"}
