@@ -9,7 +9,7 @@ WORK := .work
 SIM_HOST := $(WORK)/simhost
 COLLECTION_COPY := build/ansible_collections/gpuops/sglang
 
-.PHONY: demo test venv lint sanity pytest molecule build sim-host clean
+.PHONY: demo test venv lint sanity pytest molecule build sim-host gpu-wheels clean
 .DEFAULT_GOAL := test
 
 venv: $(VENV)/.installed
@@ -50,6 +50,11 @@ build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/
 
 test: lint sanity pytest build
+
+# ansible-core and its dependencies as wheels for tests/gpu/run-on-device.sh on a GPU machine without network.
+gpu-wheels: venv
+	$(BIN)/pip download -q ansible-core==$$(sed -n 's/^ansible-core==//p' requirements/constraints.txt) \
+	  --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d tests/gpu/wheels
 
 clean:
 	rm -rf build $(WORK)

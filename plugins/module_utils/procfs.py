@@ -77,8 +77,21 @@ def read_environ(pid, proc_root=PROC_ROOT):
     return environ
 
 
+def _pid_namespace(pid, proc_root):
+    try:
+        return os.readlink(os.path.join(proc_root, str(pid), "ns", "pid"))
+    except OSError:
+        return None
+
+
 def marker_of(pid, proc_root=PROC_ROOT):
-    """Name of the gpuops.sglang server that owns ``pid``, or None for a foreign process."""
+    """Name of the gpuops.sglang server that owns ``pid``, or None for a foreign process.
+
+    A process in another PID namespace (a container seen from its host) belongs to that container's
+    deployment even when it carries a marker with the same name, so it counts as foreign here.
+    """
+    if _pid_namespace(pid, proc_root) != _pid_namespace("self", proc_root):
+        return None
     return read_environ(pid, proc_root).get(MARKER_VAR) or None
 
 

@@ -57,7 +57,9 @@ CACHE_ENV = (
 )
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MANAGED_ENV = (MARKER_VAR, "CUDA_VISIBLE_DEVICES")
+# setproctitle, which SGLang uses to name its schedulers, overwrites /proc/<pid>/environ (and the
+# marker with it) unless SPT_NOENV is set.
+_MANAGED_ENV = (MARKER_VAR, "SPT_NOENV", "CUDA_VISIBLE_DEVICES")
 
 
 class LaunchScriptError(ValueError):
@@ -68,7 +70,7 @@ def parse_version(version):
     """``"0.5.23"``, ``"v0.5.9.post1"`` -> (0, 5, 23) / (0, 5, 9); None stays None."""
     if version in (None, ""):
         return None
-    numbers = re.findall(r"\d+", str(version).lstrip("vV").split("post")[0])[:3]
+    numbers = re.findall(r"\d+", str(version).lstrip("vV").split("post", maxsplit=1)[0])[:3]
     if not numbers:
         raise LaunchScriptError(f"sglang_version {version!r} is not a version like 0.5.23")
     return tuple(int(number) for number in numbers) + (0,) * (3 - len(numbers))
@@ -176,12 +178,16 @@ def launch_argv(server, settings):
 
 
 def launch_env(server, settings):
-    """``[[name, value], ...]`` the script exports, in order: marker, GPUs, caches, NCCL, user env.
+    """``[[name, value], ...]`` the script exports, in order: marker, SPT_NOENV, GPUs, caches, NCCL, user env.
 
     User env overrides cache and NCCL values (NCCL_* entries are validated like a profile's).
     """
     merged = _server_settings(server, settings)
-    env = {MARKER_VAR: merged["name"], "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in merged["gpus"])}
+    env = {
+        MARKER_VAR: merged["name"],
+        "SPT_NOENV": "1",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in merged["gpus"]),
+    }
     cache_dir = merged.get("cache_dir")
     if cache_dir:
         env.update((name, cache_dir.rstrip("/") + ("/" + sub if sub else "")) for name, sub in CACHE_ENV)
