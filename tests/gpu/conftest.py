@@ -18,7 +18,7 @@ import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CUDA_HOLDER = os.path.join(os.path.dirname(__file__), "cuda_holder.py")
-ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+ANSIBLE = shutil.which("ansible", path=os.path.dirname(sys.executable)) or shutil.which("ansible")
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
 
 
@@ -27,12 +27,11 @@ def _gpu_available():
         return "no nvidia-smi on this machine"
     if subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True).returncode != 0:
         return "nvidia-smi finds no GPU"
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
+    # In a child process: CUDA initialised here would make pytest itself a holder of /dev/nvidia0.
+    probe = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
+                           check=False, capture_output=True)
+    if probe.returncode != 0:
+        return "torch with CUDA is not usable"
     return None
 
 
@@ -65,12 +64,15 @@ def run_module(module, args):
     env.pop(MARKER_VAR, None)
     proc = subprocess.run(
         [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-o",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", json.dumps(args)],
+         "-e", f"ansible_python_interpreter={sys.executable}", "-m", module]
+        + (["-a", json.dumps(args)] if args else []),
         check=False, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     # One-line output: "localhost | SUCCESS => {...}" or "localhost | FAILED! => {...}".
     line = next((line for line in proc.stdout.splitlines() if "=> {" in line), None)
     assert line, f"no result from {module} (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(line.split("=> ", 1)[1])
+    status, result = line.split(" => ", 1)
+    # The one-line format carries the outcome in the prefix, not as a "failed" key.
+    return dict(json.loads(result), failed="FAILED" in status)
 
 
 def wait_for(predicate, timeout, what):
@@ -120,10 +122,12 @@ class CudaServer:
 
 @pytest.fixture
 def baseline_mib():
-    """GPU 0's used memory before the test; the test machine must start idle."""
-    used = gpu_used_mib()
-    assert used < 1024, f"GPU 0 is not idle before the test ({used} MiB used)"
-    return used
+    """GPU 0's used memory before the test, once idle (an earlier test's kill may still be releasing)."""
+    def idle_reading():
+        used = gpu_used_mib()
+        return (used,) if used < 1024 else None  # a tuple, so that 0 MiB counts as found
+
+    return wait_for(idle_reading, 60, "GPU 0 to be idle")[0]
 
 
 @pytest.fixture

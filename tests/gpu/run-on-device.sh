@@ -6,13 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpuops-gpu-out}
 mkdir -p "$out"
-venv=/tmp/gpuops-gpu-venv
-python3 -m venv --system-site-packages "$venv"
-"$venv/bin/pip" install -q --no-index --find-links tests/gpu/wheels ansible-core
+# Beside the machine's own python3 (its torch and pytest), not in a venv that would hide them.
+target=/tmp/gpuops-ansible
+python3 -m pip install -q --no-index --find-links tests/gpu/wheels --target "$target" ansible-core
+export PYTHONPATH=$target PATH=$target/bin:$PATH
 nvidia-smi -L
 fixtures=$(mktemp -d)
 status=0
-GPUOPS_GPU_FIXTURES_OUT=$fixtures "$venv/bin/python" -m pytest tests/gpu -v -s -p no:cacheprovider \
+GPUOPS_GPU_FIXTURES_OUT=$fixtures python3 -m pytest tests/gpu -v -s -p no:cacheprovider \
   >"$out/pytest.log" 2>&1 || status=$?
 tar -C "$fixtures" -cf "$out/nvidia-smi.tar" .
 tail -60 "$out/pytest.log"
