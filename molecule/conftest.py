@@ -1,0 +1,67 @@
+"""Helpers of the scenarios' testinfra checks (molecule/<scenario>/tests).
+
+Each host is inspected in ONE round trip through its Ansible connection (proxmox_pct_remote ->
+pct exec): molecule/shared/probe.py runs in the container and returns a JSON snapshot.
+"""
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+PROBE = (Path(__file__).parent / "shared" / "probe.py").read_text()
+FAKE_GPU_DIR = "/var/lib/fake-gpu"
+SCRIPT_DIR = "/opt/gpuops-sglang/bin"
+PCT_CALL_LOG = Path("/var/tmp/gpuops-rig/pct-calls.log")
+MODULE_RUN = re.compile(r"python3 \S+/AnsiballZ_(\w+)\.py")
+
+
+def snapshot(host, ports):
+    """Processes (marker, NCCL env, GPUs held), /health_generate per port, GPU memory, allocations, scripts."""
+    spec = json.dumps({"ports": sorted(ports), "fake_gpu_dir": FAKE_GPU_DIR, "script_dir": SCRIPT_DIR})
+    return json.loads(host.check_output("python3 -c %s %s", PROBE, spec))
+
+
+def servers_of(processes):
+    """{server name: [processes carrying its marker]}."""
+    by_server = {}
+    for process in processes:
+        if process["server"]:
+            by_server.setdefault(process["server"], []).append(process)
+    return by_server
+
+
+def converge_pct_calls():
+    """The pct calls of the first converge, per vmid: {"calls": n, "module_runs": Counter(module)}."""
+    bracket = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
+    lines = PCT_CALL_LOG.read_text().splitlines()[bracket["first"]:bracket["end"]]
+    per_vmid = {}
+    for line in lines:
+        argv = json.loads(line)["argv"]
+        entry = per_vmid.setdefault(argv[1], {"calls": 0, "module_runs": Counter()})
+        entry["calls"] += 1
+        match = MODULE_RUN.search(" ".join(argv))
+        if match:
+            entry["module_runs"][match.group(1)] += 1
+    return per_vmid
+
+
+def assert_gpu_memory_is_ours(state, servers):
+    """Every GPU's used memory is the sum of allocations of live processes of the server owning that GPU."""
+    owner_of_gpu = {gpu: name for name, server in servers.items() for gpu in server["gpus"]}
+    marked = {process["pid"]: process["server"] for process in state["processes"] if process["server"]}
+    for alloc in state["allocations"]:
+        assert marked.get(alloc["pid"]) == owner_of_gpu.get(alloc["gpu"]), \
+            f"GPU {alloc['gpu']} memory held by pid {alloc['pid']} (server {marked.get(alloc['pid'])})"
+    for gpu, used in state["gpu_memory_mib"].items():
+        accounted = sum(alloc["mib"] for alloc in state["allocations"] if alloc["gpu"] == int(gpu))
+        assert used == accounted, f"GPU {gpu}: {used} MiB used, {accounted} MiB accounted to processes"
+        assert (used > 0) == (int(gpu) in owner_of_gpu), f"GPU {gpu}: {used} MiB used"
+
+
+@pytest.fixture(scope="module")
+def inventory_hostname(host):
+    return host.backend.host

@@ -1,0 +1,94 @@
+"""The fleet after relaunch.yml: ct200 runs gpu0..gpu7 (one GPU each), ct201 one TP=8 server with
+the pcie NCCL profile and EAGLE3. Checked inside the containers through proxmox_pct_remote."""
+
+import pytest
+from conftest import (
+    SCRIPT_DIR,
+    assert_gpu_memory_is_ours,
+    converge_pct_calls,
+    servers_of,
+    snapshot,
+)
+
+PCIE_NCCL = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
+             "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+EXPECTED = {
+    "ct200": {f"gpu{index}": {"port": 30000 + index, "gpus": [index], "tp": 1} for index in range(8)},
+    "ct201": {"gpu0-7": {"port": 30000, "gpus": list(range(8)), "tp": 8}},
+}
+# What one module task costs through proxmox_pct_remote (no pipelining): tmp dir, put, chmod, run, rm, ...
+PCT_CALLS_PER_MODULE = 6
+# preflight gpu_info, launch_scripts, server, first wait slice (+ slack); never one per server.
+MAX_MODULE_RUNS_BESIDES_WAIT = 6
+
+
+@pytest.fixture(scope="module")
+def servers(inventory_hostname):
+    return EXPECTED[inventory_hostname]
+
+
+@pytest.fixture(scope="module")
+def state(host, servers):
+    return snapshot(host, [server["port"] for server in servers.values()])
+
+
+def test_launch_scripts_content_and_mode(state, servers, inventory_hostname):
+    assert sorted(state["scripts"]) == sorted(f"{SCRIPT_DIR}/{name}.sh" for name in servers)
+    for name, server in servers.items():
+        script = state["scripts"][f"{SCRIPT_DIR}/{name}.sh"]
+        assert script["mode"] == 0o700, "scripts can carry the API key"
+        content = script["content"]
+        assert f"export GPUOPS_SGLANG_SERVER={name}\n" in content
+        assert f"export CUDA_VISIBLE_DEVICES={','.join(map(str, server['gpus']))}\n" in content
+        assert "exec python3 /opt/gpuops-sim/sglang_sim.py" in content
+        assert f"--port {server['port']}" in content
+        assert ("--tp-size 8" in content) == (server["tp"] == 8)
+        for variable, value in PCIE_NCCL.items():
+            assert (f"export {variable}={value}\n" in content) == (inventory_hostname == "ct201")
+        assert ("--speculative-algorithm EAGLE3" in content) == (inventory_hostname == "ct201")
+
+
+def test_marker_on_every_worker(state, servers):
+    by_server = servers_of(state["processes"])
+    assert sorted(by_server) == sorted(servers)
+    for process in state["processes"]:
+        assert process["server"], f"process without the ownership marker holds a GPU: {process}"
+        assert process["state"] != "Z", f"zombie: {process}"
+    for name, server in servers.items():
+        # SGLang titles them sglang::scheduler, with a _TP<rank> suffix when tp_size > 1.
+        schedulers = [p for p in by_server[name] if p["cmdline"].startswith("sglang::scheduler")]
+        assert len(schedulers) == server["tp"], by_server[name]
+        held = sorted({gpu for process in by_server[name] for gpu in process["gpus"]})
+        assert held == server["gpus"]
+
+
+def test_nccl_environment_of_every_tp_worker(state, servers, inventory_hostname):
+    for name in servers:
+        for process in servers_of(state["processes"])[name]:
+            expected = PCIE_NCCL if inventory_hostname == "ct201" else {}
+            assert process["nccl"] == expected, process
+
+
+def test_every_port_healthy(state, servers):
+    assert state["health"] == {str(server["port"]): 200 for server in servers.values()}
+
+
+def test_gpu_memory_accounted_to_our_processes_only(state, servers):
+    assert_gpu_memory_is_ours(state, servers)
+
+
+def test_relaunch_converge_round_trips():
+    per_vmid = converge_pct_calls()
+    for vmid, calls in sorted(per_vmid.items()):
+        print(f"relaunch converge on CT {vmid}: {calls['calls']} pct exec round trips, "
+              f"module runs {dict(calls['module_runs'])}")
+    assert sorted(per_vmid) == ["200", "201"]
+    for vmid, calls in per_vmid.items():
+        runs = calls["module_runs"]
+        assert runs["gpu_info"] == runs["launch_scripts"] == runs["server"] == 1, runs
+        assert sum(runs.values()) - runs["wait"] <= MAX_MODULE_RUNS_BESIDES_WAIT, runs
+        assert calls["calls"] <= PCT_CALLS_PER_MODULE * (MAX_MODULE_RUNS_BESIDES_WAIT + runs["wait"]), calls
+    # 8 servers cost the same module runs as 1: the host's job is done in one call per step.
+    besides_wait = [{module: runs for module, runs in per_vmid[vmid]["module_runs"].items() if module != "wait"}
+                    for vmid in ("200", "201")]
+    assert besides_wait[0] == besides_wait[1]
