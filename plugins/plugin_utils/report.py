@@ -58,8 +58,12 @@ def relaunch_summary(servers, server_results, wait_results):
     return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
 
 
+# Lines of a crashed server's traceback carried into the failure message; the whole one is in the wait result.
+TRACEBACK_TAIL_LINES = 12
+
+
 def relaunch_failures(servers, wait_results):
-    """Why each server is not ready; servers of a halted batch were never waited for."""
+    """Why each server is not ready (with the tail of its traceback); halted batches were never waited for."""
     waits = _by_name(wait_results)
     failures = []
     for server in servers:
@@ -67,7 +71,11 @@ def relaunch_failures(servers, wait_results):
         if waited is None:
             failures.append(f"{server['name']}: not relaunched, an earlier batch failed")
         elif waited["status"] != "ready":
-            failures.append(waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}")
+            failure = waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}"
+            traceback = ((waited.get("error") or {}).get("traceback") or "").rstrip()
+            if traceback:
+                failure += "\n" + "\n".join(traceback.splitlines()[-TRACEBACK_TAIL_LINES:])
+            failures.append(failure)
     return failures
 
 

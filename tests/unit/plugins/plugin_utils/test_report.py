@@ -35,6 +35,17 @@ def test_failures_name_each_server_not_ready():
                                                  "gpu2: not relaunched, an earlier batch failed"]
 
 
+def test_failure_of_a_crashed_server_carries_its_traceback_tail():
+    traceback = "\n".join(["Traceback (most recent call last):"]
+                          + [f'  File "frame{i}.py", line {i}, in f' for i in range(20)]
+                          + ["RuntimeError: EAGLE3 draft worker failed"])
+    crashed = [dict(WAITS[1], error={"summary": "RuntimeError: EAGLE3 draft worker failed", "traceback": traceback})]
+    (failure,) = relaunch_failures(SERVERS[1:2], crashed)
+    lines = failure.splitlines()
+    assert lines[0] == "gpu1 crashed in loading_weights: torch.OutOfMemoryError"
+    assert lines[1:] == traceback.splitlines()[-12:]
+
+
 def test_expectations_check_ready_servers():
     assert expectation_failures(WAITS, {"max_running_requests": {"min": 256, "max": 512}}) == []
     assert expectation_failures(WAITS, {"max_running_requests": 400}) == [
