@@ -25,6 +25,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     http_get,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    DEFAULT_STATE_DIR,
     read_state,
     state_path,
 )
@@ -32,8 +33,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     LogFollower,
     LogState,
 )
-
-DEFAULT_STATE_DIR = "/var/lib/gpuops-sglang"
 
 POLL_SECONDS = 0.2
 HEALTH_INTERVAL_SECONDS = 1.0
@@ -284,9 +283,10 @@ class ServerTracker:
             self._health = {"status": answer["status"], "error": answer["error"]}
             if answer["status"] == 200:
                 return self.decide("ready", now, server_info=answer["server_info"],
-                                    server_info_error=answer["server_info_error"])
-        if not self.probe.busy and (self.probe.started_at is None or may_probe
-                                    and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS):
+                                   server_info_error=answer["server_info_error"])
+        probe_due = self.probe.started_at is None or (
+            may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
+        if not self.probe.busy and probe_due:
             self.probe.start(now)
         if self.pid and not procfs.pid_alive(self.pid, self._starttime):
             self.log.read()  # its last words

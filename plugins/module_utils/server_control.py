@@ -20,6 +20,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     query_gpus,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    DEFAULT_STATE_DIR,
     LockTimeout,
     host_lock,
     read_state,
@@ -29,7 +30,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 )
 
 COMMON_ARGUMENT_SPEC = {
-    "state_dir": {"type": "path", "default": "/var/lib/gpuops-sglang"},
+    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "gpu_device_dir": {"type": "path", "default": "/dev"},
 }
@@ -441,7 +442,8 @@ class ServerControl:
         try:
             with open(log_path, "ab") as log:
                 # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
-                process = subprocess.Popen(
+                # Not run_command: that waits for the child, and this child is the long-running server.
+                process = subprocess.Popen(  # pylint: disable=ansible-bad-function
                     [script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)
         except OSError as exc:

@@ -16,6 +16,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import read_process
 
+DEFAULT_STATE_DIR = "/var/lib/gpuops-sglang"
 LOCK_NAME = ".lock"
 _LOCK_POLL_SECONDS = 0.2
 

@@ -14,10 +14,14 @@ description:
   - "Fails with a clear message when C(nvidia-smi) is missing or fails, for example with
     C(NVML: Driver/library version mismatch) in a container whose driver libraries differ from the host's."
 version_added: 1.0.0
-author: gpuops.sglang contributors
+author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.gpu
+  - gpuops.sglang.common.idempotent
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     details: The module only reads.

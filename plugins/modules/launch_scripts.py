@@ -1,4 +1,4 @@
-#!/usr/bin/python
+# Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 DOCUMENTATION = r"""
@@ -13,7 +13,10 @@ description:
   - Before writing anything it checks that O(required_paths) (model directories) exist, so a typo in a
     model path fails without touching the host.
 version_added: 1.0.0
-author: gpuops.sglang contributors
+author: gpuops.sglang contributors (@gpuops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - gpuops.sglang.common.idempotent
 options:
   scripts:
     description: The scripts to write.
@@ -54,6 +57,8 @@ options:
     elements: str
     default: []
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:

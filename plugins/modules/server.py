@@ -36,10 +36,15 @@ description:
     O(lock_timeout) seconds, then fails naming the holder.
   - This module does not wait for the servers to become ready; use M(gpuops.sglang.wait) for that.
 version_added: 1.0.0
-author: gpuops.sglang contributors
+author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
-  - gpuops.sglang.common
+  - ansible.builtin.action_common_attributes
+  - gpuops.sglang.common.state_dir
+  - gpuops.sglang.common.gpu
+  - gpuops.sglang.common.idempotent
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     details:

@@ -24,9 +24,10 @@ description:
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
     a log that was not rotated cannot report a previous run's phase or crash.
 version_added: 1.0.0
-author: gpuops.sglang contributors
+author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuops.sglang.common.state_dir
   - ansible.builtin.action_common_attributes.flow
 attributes:
   check_mode:
@@ -106,7 +107,7 @@ options:
   kill_stalled:
     description:
       - Kill a stalled server with SIGKILL, its process group and every process carrying its ownership marker
-        (also schedulers orphaned to PID 1), so its GPUs are freed. The task then reports RV(changed=true).
+        (also schedulers orphaned to PID 1), so its GPUs are freed. The task then reports a change.
     type: bool
     default: false
   progress_interval:
@@ -115,10 +116,10 @@ options:
         while a health request is still in flight), so this is also the cost in round trips to the host.
     type: float
     default: 10
-  state_dir:
-    description: Directory of the per-server state files written by C(gpuops.sglang.server).
-    type: path
-    default: /var/lib/gpuops-sglang
+  _carry:
+    description:
+      - Internal, set by the action plugin - the state of the trackers after the previous slice. Do not set it.
+    type: dict
 notes:
   - The progress lines are printed by the action plugin with C(Display.display), so they show at every verbosity.
   - Stall detection reads the server log; without a log (no O(servers[].log_path) and no state file) only the
@@ -248,7 +249,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
 
 
 def main():
-    # _carry: trackers' state from the previous slice, passed by the action plugin; not a user option.
     module = AnsibleModule(argument_spec=dict(WAIT_ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
     try:
         result = wait_slice(module.params, carry=module.params["_carry"], check_mode=module.check_mode)

@@ -13,6 +13,7 @@ other tests or other users of this machine are never touched.
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import time
 import uuid
 
 import pytest
+import yaml
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SIMULATOR_DIR = os.path.join(REPO_ROOT, "tests", "simulator")
@@ -262,3 +264,114 @@ def ansible(tmp_path, test_token):
     workdir = tmp_path / "ansible"
     workdir.mkdir()
     return Ansible(str(workdir), test_token)
+
+
+# Tasks that run on the controller only; every other task is a module call on the GPU host.
+CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.debug", "ansible.builtin.assert",
+                      "ansible.builtin.include_role", "ansible.builtin.include_tasks",
+                      "ansible.builtin.validate_argument_spec"}
+
+
+def free_port_block(count):
+    """``count`` consecutive TCP ports nothing listens on right now."""
+    for _attempt in range(50):
+        base = random.randrange(20000, 60000 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    pytest.fail(f"no block of {count} free ports found")
+
+
+class PlaybookResult:
+    def __init__(self, completed, json_output):
+        self.rc = completed.returncode
+        self.stdout, self.stderr = completed.stdout, completed.stderr
+        self.report = None
+        if json_output:
+            # Live progress lines of gpuops.sglang.wait precede the JSON document.
+            start = self.stdout.find("{\n")
+            if start < 0:
+                pytest.fail(f"ansible-playbook printed no JSON (rc={self.rc}):\n{self.stdout}\n{self.stderr}")
+            self.report = json.loads(self.stdout[start:])
+
+    @property
+    def stats(self):
+        return self.report["stats"]["simhost"]
+
+    def tasks(self):
+        """(task name, host result, task duration) of every task that ran on simhost, in order."""
+        return [(task["task"]["name"], task["hosts"]["simhost"], task["task"]["duration"])
+                for play in self.report["plays"] for task in play["tasks"] if "simhost" in task["hosts"]]
+
+    def task(self, name_part):
+        """Host results of the tasks whose name contains ``name_part``."""
+        return [result for name, result, _duration in self.tasks() if name_part in name]
+
+    def module_calls(self):
+        """Actions of the tasks that ran a module on the host (skipped tasks excluded)."""
+        return [result["action"] for _name, result, _duration in self.tasks()
+                if result["action"] not in CONTROLLER_ACTIONS and not result.get("skipped")]
+
+
+class SimHost:
+    """A simulated GPU host (fake GPUs, simulated model) with its own inventory; runs the repo's playbooks."""
+
+    def __init__(self, tmp_path, fake_gpus, token, model_path):
+        self.dir = tmp_path / "simhost"
+        self.dir.mkdir()
+        self.token = token
+        self.fake_gpus = fake_gpus
+        self.base_port = free_port_block(8)
+        self.script_dir = self.dir / "bin"
+        self.log_dir = self.dir / "log"
+        self.host_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": PYTHON,
+            "sglang_base_port": self.base_port,
+            "sglang_server_command": [PYTHON, SGLANG_SIM],
+            "sglang_model_path": model_path,
+            "sglang_env": {"GPUOPS_FAKE_GPU_DIR": fake_gpus.dir, "SGLANG_SIM_TIME_SCALE": "0.05", TOKEN_VAR: token},
+            "sglang_script_dir": str(self.script_dir),
+            "sglang_log_dir": str(self.log_dir),
+            "sglang_cache_dir": str(self.dir / "cache"),
+            "sglang_state_dir": str(self.dir / "state"),
+            "sglang_nvidia_smi": fake_gpus.nvidia_smi,
+            "sglang_gpu_device_dir": fake_gpus.device_dir,
+            "relaunch_wait_timeout": 60,
+            "relaunch_stall_timeout": 20,
+            "relaunch_progress_interval": 1,
+        }
+        self.inventory = self.dir / "hosts.yml"
+        self.inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
+            "hosts": {"simhost": self.host_vars}}}}}))
+        self.runs = 0
+        self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                        ANSIBLE_LOCAL_TEMP=str(self.dir / "ansible-tmp"), **{TOKEN_VAR: token})
+        self.env.pop("GPUOPS_SGLANG_SERVER", None)
+
+    def port(self, index):
+        return self.base_port + index
+
+    def run(self, playbook, extra_vars=None, json_output=True, args=(), timeout=300):
+        """Run playbooks/<playbook>.yml against simhost; extra_vars go through a JSON file (no quoting)."""
+        self.runs += 1
+        extra = self.dir / f"extra-{self.runs}.json"
+        extra.write_text(json.dumps(extra_vars or {}))
+        env = dict(self.env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json" if json_output else "ansible.builtin.default")
+        argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(self.inventory), "-e", f"@{extra}",
+                os.path.join(REPO_ROOT, "playbooks", f"{playbook}.yml"), *args]
+        completed = subprocess.run(argv, check=False, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                   capture_output=True, text=True, timeout=timeout)
+        return PlaybookResult(completed, json_output)
+
+    def script(self, name):
+        return self.script_dir / f"{name}.sh"
+
+
+@pytest.fixture
+def sim_host(tmp_path, fake_gpus, test_token, model_dir):
+    return SimHost(tmp_path, fake_gpus, test_token, model_dir)

@@ -4,14 +4,6 @@ import json
 import os
 from datetime import datetime
 
-import pytest
-from test_roles import SimHost
-
-
-@pytest.fixture
-def sim_host(tmp_path, fake_gpus, test_token, model_dir):
-    return SimHost(tmp_path, fake_gpus, test_token, model_dir)
-
 
 def summary(result):
     return result.task("Summary")[0]["msg"]

@@ -3,7 +3,8 @@
 import subprocess
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
-from conftest import PYTHON, SGLANG_SIM
+
+from .conftest import PYTHON, SGLANG_SIM
 
 
 def edit_script(server, old, new):

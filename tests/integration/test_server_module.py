@@ -336,7 +336,7 @@ def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_s
 
 
 def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, started, make_server, host_args,
-                                                            wait_until):
+                                                              wait_until):
     alpha = make_server("alpha", [0], fault="ignore_sigterm")
     pids = started(alpha)
     # The first run holds the lock while it waits stop_timeout for the SIGTERM-ignoring server.

@@ -15,7 +15,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
-from conftest import PYTHON, SGLANG_SIM
+
+from .conftest import PYTHON, SGLANG_SIM
 
 PROGRESS_LINE = re.compile(r"^localhost: \d+/\d+ ready\b.*$", re.MULTILINE)
 

@@ -159,7 +159,7 @@ def container_hostname(vmid):
     try:
         with open(os.path.join(LXC_PATH, vmid, "config")) as config:
             for line in config:
-                key, _, value = line.partition("=")
+                key, _sep, value = line.partition("=")
                 if key.strip() == "lxc.uts.name":
                     return value.strip()
     except OSError:

@@ -469,7 +469,7 @@ try:            ansible -i {state["inventory"]} all -m ansible.builtin.ping""")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR))
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("setup", "up"):

@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import rig  # tests/rig is on sys.path: pytest's default "prepend" import mode puts it there
+
+from . import rig
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).parent / "ansible"

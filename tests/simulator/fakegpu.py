@@ -257,7 +257,7 @@ def gpu_status(state_dir):
 
 def free_mib(state_dir, gpu_index):
     """memory.free of one GPU, what torch.cuda.mem_get_info would report."""
-    _, gpus, _ = gpu_status(state_dir)
+    gpus = gpu_status(state_dir)[1]
     return gpus[gpu_index]["free_mib"]
 
 
@@ -313,10 +313,10 @@ def _format_csv(fields, table, rows, format_spec):
         columns.append((field, table[field][0], table[field][1]))
     lines = []
     if "noheader" not in format_options:
-        lines.append(", ".join(f"{f} [{unit}]" if unit else f for f, unit, _ in columns))
+        lines.append(", ".join(f"{field} [{unit}]" if unit else field for field, unit, _getter in columns))
     for row in rows:
         values = []
-        for _, unit, getter in columns:
+        for _field, unit, getter in columns:
             value = getter(row)
             values.append(value if not unit or "nounits" in format_options else f"{value} {unit}")
         lines.append(", ".join(values))
@@ -381,7 +381,7 @@ def nvidia_smi(state_dir, argv):
             raise NvidiaSmiExit("Failed to initialize NVML: Driver/library version mismatch\n"
                                 f"NVML library version: {NVML_LIBRARY_VERSION}\n", 18)
         options = _parse_smi_args(argv)
-        _, gpus, apps = gpu_status(state_dir)
+        _config, gpus, apps = gpu_status(state_dir)
         gpus = _select_gpus(gpus, options.get("--id"))
         if "-L" in options:
             return "".join(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})\n" for g in gpus), 0

@@ -139,11 +139,11 @@ class ProgressBar:
         if self.bar_format:
             return self.bar_format.format(**fields)
         full, partial = divmod(int(frac * 10 * 8), 8)
-        bar = self.BLOCKS[-1] * full
+        blocks = self.BLOCKS[-1] * full
         if full < 10:
-            bar += self.BLOCKS[partial] + " " * (10 - full - 1)
+            blocks += self.BLOCKS[partial] + " " * (10 - full - 1)
         return "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]".format(
-            bar=bar, **fields)
+            bar=blocks, **fields)
 
     def refresh(self):
         text = self._render()
@@ -551,21 +551,21 @@ class Scheduler:
                   "assert param.size() == loaded_weight.size(), (")],
                 "AssertionError: Attempted to load weight (torch.Size([4096, 12288])) into parameter "
                 "(torch.Size([2048, 6144]))"))
-        bar = None
+        progress = None
         if self.rank0:
-            bar = ProgressBar("Loading safetensors checkpoint shards", shards,
-                              "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} "
-                              "[{elapsed}<{remaining}, {rate_fmt}]" + ("" if SIM.new else "\n"))
-            bar.refresh()
+            progress = ProgressBar("Loading safetensors checkpoint shards", shards,
+                                   "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} "
+                                   "[{elapsed}<{remaining}, {rate_fmt}]" + ("" if SIM.new else "\n"))
+            progress.refresh()
         for shard in range(shards):
             SIM.sleep((0.3 if draft else 1.2) / shards)
             if not draft and "oom_load" in SIM.faults and shard == shards // 2:
                 raise self.oom_error(weights_gib * 1024 / shards + self.avail_gb() * 1024)
             self.alloc(weights_gib * 1024 / shards)
-            if bar:
-                bar.update()
-        if bar:
-            bar.close()
+            if progress:
+                progress.update()
+        if progress:
+            progress.close()
         if not draft and "hang_after_weights" in SIM.faults:
             sleep_forever()
         elapsed = time.time() - start
@@ -647,20 +647,20 @@ class Scheduler:
             if role == "target" and self.rank0:
                 self.log.info(f"Capture cuda graph bs {sizes}")
         total_mib = (512 + 4 * args.cuda_graph_max_bs) * (0.3 if role == "draft" else 1.0)
-        bar = None
+        progress = None
         if self.rank0:
-            bar = ProgressBar(self.capture_desc(sizes[-1]), len(sizes))
-            bar.refresh()
+            progress = ProgressBar(self.capture_desc(sizes[-1]), len(sizes))
+            progress.refresh()
         per_bs = (1.0 if role == "target" else 0.15) / len(sizes)
         for index, bs in enumerate(reversed(sizes)):
             if "hang_cuda_graph" in SIM.faults and index == len(sizes) // 3:
                 sleep_forever()
             SIM.sleep(per_bs)
             self.alloc(total_mib / len(sizes))
-            if bar:
-                bar.update(self.capture_desc(bs))
-        if bar:
-            bar.close()
+            if progress:
+                progress.update(self.capture_desc(bs))
+        if progress:
+            progress.close()
         elapsed = time.time() - start
         graph_mib = self.used_mib - before
         if SIM.new:
@@ -682,9 +682,8 @@ class Scheduler:
             draft_model = {"architectures": ["LlamaForCausalLMEagle3"], "gpuops_sim": {"weights_gib": 0.8}}
         self.load_weights(draft_model, draft=True)
         if not args.disable_cuda_graph:
-            timings["cuda_graph"]["draft_decode"], _ = self.capture("draft", "decode", args.speculative_eagle_topk)
-            timings["cuda_graph"]["draft_extend"], _ = self.capture("draft", "extend",
-                                                                    args.speculative_num_steps + 1)
+            timings["cuda_graph"]["draft_decode"] = self.capture("draft", "decode", args.speculative_eagle_topk)[0]
+            timings["cuda_graph"]["draft_extend"] = self.capture("draft", "extend", args.speculative_num_steps + 1)[0]
 
     def summary(self, pool):
         args = self.args
@@ -711,7 +710,7 @@ class Scheduler:
         crash_at = None
         while True:
             timeout = None if crash_at is None else max(crash_at - time.time(), 0)
-            readable, _, _ = select.select([self.control_fd], [], [], timeout)
+            readable = select.select([self.control_fd], [], [], timeout)[0]
             if not readable:
                 raise SchedulerFailure(fake_traceback(
                     [SCHEDULER_FRAMES[0],
@@ -756,7 +755,7 @@ class Server:
         ready_readers = []
         ranks = [(d, t) for d in range(args.dp_size) for t in range(args.tp_size)]
         pipes = []
-        for _ in ranks:
+        for _rank in ranks:
             ready_r, ready_w = os.pipe()
             control_r, control_w = os.pipe()
             pipes.append((ready_r, ready_w, control_r, control_w))

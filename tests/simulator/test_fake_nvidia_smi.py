@@ -8,7 +8,8 @@ import sys
 
 import fakegpu
 import pytest
-from conftest import FAKEGPU_SCRIPT, SIM_DIR, wait_for
+
+from .conftest import FAKEGPU_SCRIPT, SIM_DIR, wait_for
 
 FIXTURES = os.path.join(SIM_DIR, "fixtures")
 REAL_UUID = "GPU-040846e7-3418-8634-015a-4c7a97c15369"
@@ -18,13 +19,20 @@ def capture_sections(name):
     """The '## title' sections of a capture file, as {title: text}."""
     with open(os.path.join(FIXTURES, name)) as handle:
         parts = re.split(r"^## (.*)\n", handle.read(), flags=re.MULTILINE)
-    return {title: body for title, body in zip(parts[1::2], parts[2::2])}
+    return dict(zip(parts[1::2], parts[2::2]))
 
 
 def nvidia_smi(state_dir, *args):
     result = subprocess.run([os.path.join(state_dir, "bin", "nvidia-smi"), *args],
                             capture_output=True, text=True, check=False)
     return result.returncode, result.stdout
+
+
+def nvidia_smi_output(state_dir, *args):
+    """stdout of a run that must succeed."""
+    rc, out = nvidia_smi(state_dir, *args)
+    assert rc == 0, out
+    return out
 
 
 def mask_table(text):
@@ -80,30 +88,30 @@ def test_busy_outputs_match_real_capture(tmp_path, holder):
     def real(text):
         return text.replace(uuid, REAL_UUID).replace(str(holder.pid), "430")
 
-    _, out = nvidia_smi(state_dir, "--query-gpu=index,uuid,name,memory.used,memory.total,memory.free",
-                         "--format=csv,noheader,nounits")
+    out = nvidia_smi_output(state_dir, "--query-gpu=index,uuid,name,memory.used,memory.total,memory.free",
+                            "--format=csv,noheader,nounits")
     assert real(out) == busy["query-gpu busy"]
-    _, out = nvidia_smi(state_dir, "--query-compute-apps=pid,gpu_uuid,process_name,used_memory",
-                         "--format=csv,noheader,nounits")
+    out = nvidia_smi_output(state_dir, "--query-compute-apps=pid,gpu_uuid,process_name,used_memory",
+                            "--format=csv,noheader,nounits")
     assert real(out) == busy["query-compute-apps busy"]
-    _, table = nvidia_smi(state_dir)
+    table = nvidia_smi_output(state_dir)
     expected = busy["nvidia-smi plain busy"]
     # The pid column is right-aligned: keep the width when substituting.
     assert mask_table(table).replace(f"{holder.pid:>14}", f"{430:>14}") == mask_table(expected)
 
 
 def test_query_units_and_headers(tmp_path, holder):
-    state_dir, _ = single_gpu(tmp_path)
+    state_dir, _uuid = single_gpu(tmp_path)
     fakegpu.allocate(state_dir, holder.pid, 0, 1000, "sglang::scheduler")
-    _, out = nvidia_smi(state_dir, "--query-gpu=memory.used,utilization.gpu,pci.bus_id,driver_version,temperature.gpu",
-                         "--format=csv")
+    out = nvidia_smi_output(state_dir, "--query-gpu=memory.used,utilization.gpu,pci.bus_id,driver_version,temperature.gpu",
+                            "--format=csv")
     assert out.splitlines() == [
         "memory.used [MiB], utilization.gpu [%], pci.bus_id, driver_version, temperature.gpu",
         "1000 MiB, 0 %, 00000000:00:06.0, 580.159.04, 35",
     ]
-    _, out = nvidia_smi(state_dir, "--query-gpu=memory.used,memory.free", "--format=csv,nounits")
+    out = nvidia_smi_output(state_dir, "--query-gpu=memory.used,memory.free", "--format=csv,nounits")
     assert out.splitlines() == ["memory.used [MiB], memory.free [MiB]", "1000, 142156"]
-    _, out = nvidia_smi(state_dir, "--query-compute-apps=pid,process_name,used_gpu_memory,gpu_name", "--format=csv")
+    out = nvidia_smi_output(state_dir, "--query-compute-apps=pid,process_name,used_gpu_memory,gpu_name", "--format=csv")
     assert out.splitlines() == ["pid, process_name, used_gpu_memory [MiB], gpu_name",
                                 f"{holder.pid}, sglang::scheduler, 991 MiB, NVIDIA H200"]
 
@@ -140,11 +148,11 @@ def test_driver_mismatch_fails_every_call(tmp_path):
 
 
 def test_hidden_compute_apps_still_show_memory(tmp_path, holder):
-    state_dir, _ = single_gpu(tmp_path, hide_compute_apps=True)
+    state_dir, _uuid = single_gpu(tmp_path, hide_compute_apps=True)
     fakegpu.allocate(state_dir, holder.pid, 0, 5000, "python3")
-    _, out = nvidia_smi(state_dir, "--query-compute-apps=pid,used_memory", "--format=csv")
+    out = nvidia_smi_output(state_dir, "--query-compute-apps=pid,used_memory", "--format=csv")
     assert out == "pid, used_gpu_memory [MiB]\n"
-    _, out = nvidia_smi(state_dir, "--query-gpu=memory.used", "--format=csv,noheader,nounits")
+    out = nvidia_smi_output(state_dir, "--query-gpu=memory.used", "--format=csv,noheader,nounits")
     assert out == "5000\n"
     assert "No running processes found" in nvidia_smi(state_dir)[1]
 
@@ -177,7 +185,7 @@ def test_memory_of_dead_process_is_released_after_delay(tmp_path):
 
 
 def test_init_is_idempotent_and_keeps_allocations(tmp_path, holder):
-    state_dir, _ = single_gpu(tmp_path)
+    state_dir, _uuid = single_gpu(tmp_path)
     fakegpu.allocate(state_dir, holder.pid, 0, 300, "python3")
     fakegpu.allocate(state_dir, holder.pid, 0, 200, "python3")  # pools only grow
     fakegpu.init(state_dir, count=1)

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import (
+
+from .conftest import (
     SIM_SCRIPT,
     alive,
     process_state,
@@ -132,7 +133,7 @@ def test_tp2_start_serve_and_sigterm(launch, gpu_dir, log_format):
     assert used[0] == used[2] == 0 and used[1] > 100_000 and used[3] > 100_000
     assert os.path.join(gpu_dir, "dev", "nvidia1") in device_links(by_title["sglang::scheduler_TP0"])
     assert os.path.join(gpu_dir, "dev", "nvidia3") in device_links(by_title["sglang::scheduler_TP1"])
-    _, apps = server.nvidia_smi("--query-compute-apps=pid,process_name", "--format=csv,noheader")
+    _rc, apps = server.nvidia_smi("--query-compute-apps=pid,process_name", "--format=csv,noheader")
     assert sorted(apps.splitlines()) == sorted(f"{pid}, {title}" for title, pid in by_title.items()
                                                if title.startswith("sglang::scheduler"))
 

@@ -110,4 +110,3 @@ def test_missing_binary(tmp_path):
         query_gpus(run, missing)
     with pytest.raises(NvidiaSmiError, match="no 'nvidia-smi-nowhere' in PATH"):
         query_gpus(run, "nvidia-smi-nowhere")
-

@@ -268,7 +268,7 @@ def test_following_a_growing_file_matches_whole_text(tmp_path, name):
      "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:02<00:02,  1.77it/s]"),
     ("  File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 2555, in run_scheduler_process",
      None, {}, ("  File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 2555, in "
-               "run_scheduler_process")),
+                "run_scheduler_process")),
 ])
 def test_parse_record(line, timestamp, ranks, message):
     record = parse_record(line)

@@ -30,7 +30,7 @@ def test_profile_as_base_with_overrides():
 @pytest.mark.parametrize("setting, expected", [
     ({"NCCL_NTHREADS": 100}, "NCCL_NTHREADS='100' is not valid; use one of 64, 128, 256, 512"),
     ({"NCCL_P2P_LEVEL": "NVLINK"}, ("NCCL_P2P_LEVEL='NVLINK' is not valid; use one of LOC, NVL, PIX, PXB, PHB, SYS or a "
-                                   "legacy level 0-5")),
+                                    "legacy level 0-5")),
     ({"NCCL_P2P_LEVEL": 6}, "NCCL_P2P_LEVEL='6'"),
     ({"NCCL_PROTO": "LL,Fast"}, "NCCL_PROTO='LL,Fast': 'Fast' is not valid; use a comma list of LL, LL128, Simple"),
     ({"NCCL_ALGO": "^"}, "NCCL_ALGO='^' is not valid"),

@@ -1,0 +1,178 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Facts about the SGLang servers of a host, for gpuops.sglang.server_info.
+
+Per server: process liveness, launch script drift, the NCCL environment every worker really has
+compared with the launch script, the parsed log of the current run, and - probed in parallel, so a
+hung server costs one probe timeout - health, selected ``/get_server_info`` fields and ``/metrics`` gauges.
+"""
+
+import glob
+import os
+import re
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
+    get_json,
+    http_get,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
+    sglang_gauges,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    RunLog,
+    redact,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+    sha256_file,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    read_state,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import parse_log
+
+SERVER_INFO_FIELDS = (
+    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "mem_fraction_static",
+    "max_total_num_tokens", "max_running_requests", "max_req_input_len", "context_length",
+    "chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs", "kv_cache_dtype", "attention_backend",
+    "speculative_algorithm", "max_mamba_cache_size",
+)
+# Per DP rank in "internal_states"; the first rank's values are reported.
+INTERNAL_STATE_FIELDS = ("memory_usage", "last_gen_throughput", "effective_max_running_requests_per_dp")
+
+
+def nccl_exports(script_text):
+    """``{NCCL_X: value}`` from the script's ``export NCCL_X=value`` lines (quotes and comments handled)."""
+    exported = {}
+    for line in script_text.splitlines():
+        if not re.match(r"\s*export\s", line):
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for word in words[1:]:
+            variable, sep, value = word.partition("=")
+            if sep and variable.startswith("NCCL_"):
+                exported[variable] = value
+    return exported
+
+
+def compare_nccl(expected, processes):
+    workers, mismatches, missing = [], [], []
+    for info in processes:
+        environ = procfs.read_environ(info.pid)
+        seen = {key: value for key, value in environ.items() if key.startswith("NCCL_")}
+        workers.append({"pid": info.pid, "cmdline": info.cmdline, "nccl": seen})
+        absent = sorted(variable for variable in expected if variable not in seen)
+        if absent:
+            missing.append({"pid": info.pid, "cmdline": info.cmdline, "variables": absent})
+        mismatches.extend({"pid": info.pid, "cmdline": info.cmdline, "variable": variable,
+                           "expected": value, "actual": seen[variable]}
+                          for variable, value in sorted(expected.items())
+                          if variable in seen and seen[variable] != value)
+    return {"expected": expected, "workers": workers, "mismatches": mismatches, "missing": missing,
+            "ok": not mismatches and not missing}
+
+
+def launch_script_facts(state):
+    path = state.get("launch_script")
+    if not path:
+        return {"path": None, "running_sha256": None, "disk_sha256": None, "drift": False, "nccl_expected": {}}
+    running = state.get("script_sha256")
+    try:
+        on_disk = sha256_file(path)
+    except OSError:
+        on_disk = None
+    try:
+        with open(path, errors="replace") as handle:
+            expected = nccl_exports(handle.read())
+    except OSError:
+        expected = {}
+    return {"path": path, "running_sha256": running, "disk_sha256": on_disk,
+            "drift": bool(running) and running != on_disk, "nccl_expected": expected}
+
+
+def http_facts(host, port, params):
+    """Health, /get_server_info and /metrics of one server (runs in a worker thread)."""
+    facts = {"health": {"status": None, "error": "no port known"}, "server_info": None, "metrics": None}
+    if not port:
+        return facts
+    base_url, timeout, api_key = f"http://{host}:{port}", params["probe_timeout"], params["api_key"]
+    status, _body, error = http_get(base_url + params["health_path"], timeout, api_key)
+    facts["health"] = {"status": status, "error": error}
+    if status is None:
+        return facts
+    info, facts["server_info_error"] = get_json(base_url + "/get_server_info", timeout, api_key)
+    if info:
+        selected = {key: info[key] for key in SERVER_INFO_FIELDS if key in info}
+        internal = (info.get("internal_states") or [{}])[0]
+        selected.update((key, internal[key]) for key in INTERNAL_STATE_FIELDS if key in internal)
+        facts["server_info"] = selected
+    status, body, error = http_get(base_url + "/metrics", timeout, api_key)
+    if status == 200:
+        facts["metrics"] = sglang_gauges(body)
+    else:
+        facts["metrics_error"] = error or f"HTTP {status} (the server runs without --enable-metrics?)"
+    return facts
+
+
+def describe_server(spec, params, now):
+    """Everything that needs no HTTP: process, script drift, NCCL environment, log."""
+    name = spec["name"]
+    state = read_state(params["state_dir"], name) or {}
+    pid = state.get("pid")
+    processes = procfs.find_marked(name)
+    main_alive = procfs.pid_alive(pid, state.get("pid_starttime")) if pid else False
+    alive = main_alive or bool(processes)
+    script = launch_script_facts(state)
+    run_log = RunLog(spec.get("log_path") or state.get("log_path"), state.get("launched_at"))
+    run_log.read()
+    launched_at = state.get("launched_at")
+    return {
+        "name": name,
+        "port": spec.get("port") or state.get("port"),
+        "pid": pid,
+        "alive": alive,
+        "launched_at": launched_at,
+        "uptime_seconds": round(now - launched_at, 1) if main_alive and launched_at else None,
+        "processes": [{"pid": info.pid, "cmdline": info.cmdline} for info in processes],
+        "launch_script": {key: value for key, value in script.items() if key != "nccl_expected"},
+        "nccl": compare_nccl(script["nccl_expected"], processes),
+        "log": run_log.state.as_dict(),
+        "state_recorded": bool(state),
+    }
+
+
+def server_status(server):
+    if server["alive"]:
+        return "ready" if server["health"]["status"] == 200 else "starting"
+    return "dead" if server.pop("state_recorded") else "stopped"
+
+
+def parse_log_file(path):
+    """Offline parse of a whole SGLang log, API keys redacted (OSError when unreadable)."""
+    with open(path, errors="replace") as handle:
+        return parse_log("".join(map(redact, handle)))
+
+
+def describe_servers(params):
+    """Facts of the servers in ``params["servers"]``, or of every server with a state file when None.
+
+    ``params`` are server_info's options: servers, host, health_path, api_key, probe_timeout, state_dir.
+    """
+    specs = params["servers"]
+    if specs is None:
+        state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*.json")))
+        specs = [{"name": os.path.basename(path)[:-len(".json")]} for path in state_files]
+    now = time.time()
+    servers = [describe_server(spec, params, now) for spec in specs]
+    with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
+        answers = pool.map(lambda server: http_facts(params["host"], server["port"], params), servers)
+        for server, answer in zip(servers, answers):
+            server.update(answer)
+            server["status"] = server_status(server)
+    return servers
