@@ -75,7 +75,7 @@ def main():
     inventory_args = pct_inventory(env) if args.target == "pct" else []
     rows = []
     try:
-        for _ in range(args.repeat):
+        for _round in range(args.repeat):
             for name, playbook, extra in SCENARIOS:
                 result = run_playbook(inventory_args, playbook, extra, env)
                 print(f"{name}: {result}", flush=True)

@@ -171,6 +171,16 @@ def _process_starttime(pid):
     return int(fields[19])
 
 
+def _argv0(pid):
+    """argv[0] as the process shows it now (setproctitle included); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            first = handle.read().split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return first or None
+
+
 def allocate(state_dir, pid, gpu_index, mib, process_name, release_delay=None):
     """Add ``mib`` to what ``pid`` holds on ``gpu_index`` (allocations only grow, like a CUDA pool)."""
     path = os.path.join(_alloc_dir(state_dir), f"{pid}-{gpu_index}.json")
@@ -247,7 +257,9 @@ def gpu_status(state_dir):
             "gpu_name": gpu["name"],
             "gpu_bus_id": gpu["bus_id"],
             "gpu_serial": gpu["serial"],
-            "process_name": alloc["process_name"],
+            # Like NVML (seen on an H200): argv[0] as the process was started or retitled,
+            # e.g. "/opt/torch/.venv/bin/python3" or "sglang::scheduler_TP0".
+            "process_name": _argv0(alloc["pid"]) or alloc["process_name"],
             # NVML reports the context's usage slightly below the device total (see busy.txt).
             "used_mib": max(alloc["mib"] - 9, 0),
         })

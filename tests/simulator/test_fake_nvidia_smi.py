@@ -45,8 +45,19 @@ def mask_table(text):
 
 @pytest.fixture
 def holder():
-    """A live process to own allocations (the real capture's holder was python3 pid 430)."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    """A live process to own allocations (the real capture's holder was `python3 -`, pid 430)."""
+    yield from _process_named("python3")
+
+
+@pytest.fixture
+def scheduler():
+    """A live process whose argv[0] reads like a retitled SGLang scheduler."""
+    yield from _process_named("sglang::scheduler")
+
+
+def _process_named(argv0):
+    # NVML names a compute app by argv[0] as the process shows it, so the tests choose it.
+    process = subprocess.Popen([argv0, "-c", "import time; time.sleep(60)"], executable=sys.executable)
     yield process
     process.kill()
     process.wait()
@@ -100,9 +111,9 @@ def test_busy_outputs_match_real_capture(tmp_path, holder):
     assert mask_table(table).replace(f"{holder.pid:>14}", f"{430:>14}") == mask_table(expected)
 
 
-def test_query_units_and_headers(tmp_path, holder):
+def test_query_units_and_headers(tmp_path, scheduler):
     state_dir, _uuid = single_gpu(tmp_path)
-    fakegpu.allocate(state_dir, holder.pid, 0, 1000, "sglang::scheduler")
+    fakegpu.allocate(state_dir, scheduler.pid, 0, 1000, "recorded-name")
     out = nvidia_smi_output(state_dir, "--query-gpu=memory.used,utilization.gpu,pci.bus_id,driver_version,temperature.gpu",
                             "--format=csv")
     assert out.splitlines() == [
@@ -113,7 +124,7 @@ def test_query_units_and_headers(tmp_path, holder):
     assert out.splitlines() == ["memory.used [MiB], memory.free [MiB]", "1000, 142156"]
     out = nvidia_smi_output(state_dir, "--query-compute-apps=pid,process_name,used_gpu_memory,gpu_name", "--format=csv")
     assert out.splitlines() == ["pid, process_name, used_gpu_memory [MiB], gpu_name",
-                                f"{holder.pid}, sglang::scheduler, 991 MiB, NVIDIA H200"]
+                                f"{scheduler.pid}, sglang::scheduler, 991 MiB, NVIDIA H200"]
 
 
 def test_selection_listing_and_errors(tmp_path):
