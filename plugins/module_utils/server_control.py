@@ -29,6 +29,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     write_state,
 )
 
+# Foreign processes that keep GPU device nodes open on bare-metal hosts without using memory.
+IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengine\b", r"dcgm-exporter")
+
 COMMON_ARGUMENT_SPEC = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
@@ -75,9 +78,14 @@ def rotate_log(log_path, generations=LOG_GENERATIONS):
     return log_path + ".1"
 
 
-def validate_request(servers, state, numbers):
+def validate_request(servers, state, numbers, ignore_gpu_holders=()):
     """Check the request without looking at the host; raise one error listing every problem."""
     problems = []
+    for pattern in ignore_gpu_holders:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append(f"ignore_gpu_holders entry {pattern!r} is not a valid regular expression: {exc}")
     for option, value in sorted(numbers.items()):
         if value < 0:
             problems.append(f"{option} must be >= 0, got {value}")
@@ -288,8 +296,13 @@ class ServerControl:
             if problem:
                 problems.append(problem)
 
+        ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
+
         def foreign_gpu_holder(gpu):
             def on_foreign(info):
+                # Daemons such as nvidia-persistenced keep every device node open without using memory.
+                if any(pattern.search(info.cmdline) for pattern in ignored):
+                    return None
                 if not self.params["force_kill_gpu_holders"]:
                     return (f"GPU {gpu} is held by foreign process {info.pid} ({info.cmdline}) that has no "
                             f"{procfs.MARKER_VAR} marker; refusing to kill it: stop it yourself or set "
@@ -516,7 +529,8 @@ class ServerControl:
         params = self.params
         started = time.monotonic()
         numbers = ("stop_timeout", "gpu_free_timeout", "gpu_free_threshold_mib", "lock_timeout")
-        validate_request(params["servers"], params["state"], {option: params[option] for option in numbers})
+        validate_request(params["servers"], params["state"], {option: params[option] for option in numbers},
+                         params["ignore_gpu_holders"])
         if self.check_mode:
             return self._apply_locked(0.0, started)
         try:

@@ -127,6 +127,15 @@ options:
         reported in RV(foreign_killed). Ports owned by foreign processes always fail the task.
     type: bool
     default: false
+  ignore_gpu_holders:
+    description:
+      - Regular expressions (searched in the command line) of foreign processes that may keep the servers' GPU
+        device nodes open. They are neither a conflict nor ever killed, also not with O(force_kill_gpu_holders).
+      - On bare-metal hosts the persistence daemon and DCGM keep every C(/dev/nvidia<N>) open without using GPU
+        memory; inside containers they are not visible. The GPU memory check after stopping still applies.
+    type: list
+    elements: str
+    default: ['^(/\S+/)?nvidia-persistenced\b', '^(/\S+/)?nv-hostengine\b', 'dcgm-exporter']
   lock_timeout:
     description: Seconds to wait for the per-host lock held by another run; V(0) fails at once.
     type: float
@@ -272,6 +281,7 @@ gpu_holders:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     COMMON_ARGUMENT_SPEC,
+    IGNORED_GPU_HOLDERS,
     STATES,
     ServerControl,
     ServerControlError,
@@ -294,6 +304,7 @@ def main():
         "gpu_free_timeout": {"type": "float", "default": 60},
         "gpu_free_threshold_mib": {"type": "int", "default": 1024},
         "force_kill_gpu_holders": {"type": "bool", "default": False},
+        "ignore_gpu_holders": {"type": "list", "elements": "str", "default": list(IGNORED_GPU_HOLDERS)},
         "lock_timeout": {"type": "float", "default": 300},
     }
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

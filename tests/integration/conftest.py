@@ -113,10 +113,11 @@ class FakeGpuHost:
         _config, gpus, _apps = fakegpu.gpu_status(self.dir)
         return gpus[index]["used_mib"]
 
-    def hold(self, gpu, mib=20000, server=None):
+    def hold(self, gpu, mib=20000, server=None, argv0=PYTHON):
         """Start a process that opens device nvidia<gpu> and allocates ``mib`` on it, like a CUDA process.
 
-        Without ``server`` it is foreign (no ownership marker). Returns the Popen once it holds the memory.
+        Without ``server`` it is foreign (no ownership marker); ``argv0`` is the name it shows in its
+        command line. Returns the Popen once it holds the memory.
         """
         env = {key: value for key, value in os.environ.items() if key != MARKER_VAR}
         env[TOKEN_VAR] = self.token
@@ -131,7 +132,7 @@ class FakeGpuHost:
             print("holding", flush=True)
             time.sleep(600)
         """)
-        holder = subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        holder = subprocess.Popen([argv0, "-c", code], executable=PYTHON, stdout=subprocess.PIPE, text=True, env=env)
         assert holder.stdout.readline().strip() == "holding"
         return holder
 

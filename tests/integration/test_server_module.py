@@ -253,6 +253,29 @@ def test_foreign_gpu_holder_is_refused_then_killed_with_force(server, started, m
     assert result["servers"][0]["action"] == "relaunched" and not alive(pids["alpha"])
 
 
+def test_device_daemons_holding_a_gpu_are_ignored_and_never_killed(server, started, make_server, fake_gpus):
+    alpha = make_server("alpha", [2])
+    pids = started(alpha)
+    # nvidia-persistenced keeps every device node open on bare-metal hosts, using no memory.
+    daemon = fake_gpus.hold(2, mib=0, argv0="/usr/bin/nvidia-persistenced")
+    result = server([alpha], state="restarted", force_kill_gpu_holders=True)
+    assert not result.get("failed"), result.get("msg")
+    assert result["foreign_killed"] == [] and daemon.poll() is None
+    assert result["servers"][0]["action"] == "relaunched" and not alive(pids["alpha"])
+
+    result = server([alpha], state="restarted", ignore_gpu_holders=[])
+    assert result["failed"] and f"GPU 2 is held by foreign process {daemon.pid} (" in result["msg"]
+
+
+def test_bad_ignore_pattern_is_rejected_before_anything_is_touched(server, started, make_server):
+    alpha = make_server("alpha", [0])
+    pids = started(alpha)
+    result = server([alpha], state="restarted", ignore_gpu_holders=["nvidia-(persistenced"])
+    assert result["failed"]
+    assert "ignore_gpu_holders entry 'nvidia-(persistenced' is not a valid regular expression" in result["msg"]
+    assert alive(pids["alpha"])
+
+
 def test_foreign_port_owner_is_refused_before_anything_is_killed(server, started, make_server, marked):
     beta = make_server("beta", [1])
     pids = started(beta)
