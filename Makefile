@@ -9,7 +9,7 @@ WORK := .work
 SIM_HOST := $(WORK)/simhost
 COLLECTION_COPY := build/ansible_collections/gpuops/sglang
 
-.PHONY: demo test venv lint sanity pytest molecule build sim-host gpu-wheels clean
+.PHONY: demo test venv lint sanity pytest molecule rig-setup bench build sim-host gpu-wheels clean
 .DEFAULT_GOAL := test
 
 venv: $(VENV)/.installed
@@ -43,8 +43,20 @@ sanity: venv
 	$(BIN)/python scripts/ansible_test_get_pip.py
 	cd $(COLLECTION_COPY) && PATH=$(CURDIR)/$(BIN):$$PATH ansible-test sanity --local --requirements --python 3.12
 
-pytest: venv
-	$(BIN)/pytest tests
+# tests/rig and molecule/ need Debian packages (lxc, debootstrap, openssh-server, ...) and a cached base
+# container; only root can provide them, elsewhere those tests skip with the reason.
+rig-setup:
+	if [ "$$(id -u)" = 0 ]; then python3 tests/rig/rig.py setup; else echo "not root: LXC rig tests will skip"; fi
+
+pytest: venv rig-setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests
+
+# Only the molecule scenarios (default, faults, change) through real LXC and proxmox_pct_remote.
+molecule: venv rig-setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/integration/test_molecule.py
+
+bench: sim-host
+	$(BIN)/python bench/relaunch_bench.py --target local
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/
