@@ -161,6 +161,14 @@ def _marked_pids(name):
     return pids
 
 
+def kill_marked(name):
+    for pid in _marked_pids(name):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def cuda_server(tmp_path):
     """Factory of CudaServer; every process marked with one of them is SIGKILLed when the test ends."""
@@ -173,8 +181,4 @@ def cuda_server(tmp_path):
 
     yield make
     for server in made:
-        for pid in _marked_pids(server.name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_marked(server.name)
