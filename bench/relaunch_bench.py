@@ -29,11 +29,14 @@ RIG_WORKDIR = Path("/var/tmp/gpuops-bench-rig")
 RIG_VMID = "9700"
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 
+# name, playbook, extra args, (untimed) playbook run before it for a clean slate.
+STOP = ("playbooks/stop.yml", [])
+STOP_NAIVE = ("bench/naive_relaunch.yml", ["--tags", "stop"])
 SCENARIOS = (
-    # name, playbook, extra args
-    ("gpuops.sglang relaunch (state=restarted)", "playbooks/relaunch.yml", ["-e", "relaunch_state=restarted"]),
-    ("gpuops.sglang relaunch, nothing changed (state=started)", "playbooks/relaunch.yml", []),
-    ("by hand: loop per server + uri 40x15s", "bench/naive_relaunch.yml", []),
+    ("gpuops.sglang relaunch (state=restarted)", "playbooks/relaunch.yml", ["-e", "relaunch_state=restarted"],
+     STOP_NAIVE),
+    ("gpuops.sglang relaunch, nothing changed (state=started)", "playbooks/relaunch.yml", [], None),
+    ("by hand: loop per server + uri 40x15s", "bench/naive_relaunch.yml", [], STOP),
 )
 
 
@@ -76,11 +79,14 @@ def main():
     rows = []
     try:
         for _round in range(args.repeat):
-            for name, playbook, extra in SCENARIOS:
+            for name, playbook, extra, before in SCENARIOS:
+                if before:
+                    run_playbook(inventory_args, *before, env)
                 result = run_playbook(inventory_args, playbook, extra, env)
                 print(f"{name}: {result}", flush=True)
                 rows.append((name, result))
     finally:
+        run_playbook(inventory_args, *STOP_NAIVE, env)
         if args.target == "pct":
             subprocess.run([sys.executable, str(RIG), "down", "--workdir", str(RIG_WORKDIR)], check=False, env=env)
     stamp = datetime.date.today().isoformat()
