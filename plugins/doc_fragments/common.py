@@ -4,12 +4,36 @@
 
 C(gpuops.sglang.common.state_dir) documents O(state_dir), C(gpuops.sglang.common.gpu) documents O(nvidia_smi)
 and O(gpu_device_dir); the argument spec matching them is C(COMMON_ARGUMENT_SPEC) in
-module_utils/server_control.py. C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute,
+module_utils/server_control.py. C(gpuops.sglang.common.http) documents the HTTP probe options of
+C(HTTP_ARGUMENT_SPEC) in module_utils/http_probe.py. C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute,
 which C(ansible.builtin.action_common_attributes) does not.
 """
 
 
 class ModuleDocFragment:
+    HTTP = r"""
+options:
+  host:
+    description: Address the servers listen on, as seen from the GPU host.
+    type: str
+    default: 127.0.0.1
+  health_path:
+    description:
+      - Health endpoint. C(/health_generate) runs a one-token generation, so a 200 means the server really serves.
+      - Connection refused and HTTP 503 mean "still starting"; only HTTP 200 means ready.
+    type: str
+    default: /health_generate
+  api_key:
+    description: Sent as C(Authorization Bearer) when the servers were started with C(--api-key).
+    type: str
+  probe_timeout:
+    description:
+      - Seconds one HTTP request may take. Must exceed SGLang's own 20 s health check timeout
+        (C(SGLANG_HEALTH_CHECK_TIMEOUT)), or a busy but healthy server looks unreachable.
+    type: float
+    default: 30
+"""
+
     STATE_DIR = r"""
 options:
   state_dir:

@@ -10,6 +10,14 @@ import socket
 import urllib.error
 import urllib.request
 
+# Options of every module that probes servers over HTTP (doc fragment gpuops.sglang.common.http).
+HTTP_ARGUMENT_SPEC = {
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "health_path": {"type": "str", "default": "/health_generate"},
+    "api_key": {"type": "str", "no_log": True},
+    "probe_timeout": {"type": "float", "default": 30},
+}
+
 # Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

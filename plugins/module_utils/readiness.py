@@ -21,6 +21,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
+    HTTP_ARGUMENT_SPEC,
     get_json,
     http_get,
 )
@@ -60,12 +61,9 @@ WAIT_ARGUMENT_SPEC = {
         "log_path": {"type": "path"},
         "pid": {"type": "int"},
     }},
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "health_path": {"type": "str", "default": "/health_generate"},
-    "api_key": {"type": "str", "no_log": True},
+    **HTTP_ARGUMENT_SPEC,
     "timeout": {"type": "float", "default": 1800},
     "stall_timeout": {"type": "float", "default": 600},
-    "probe_timeout": {"type": "float", "default": 30},
     "kill_stalled": {"type": "bool", "default": False},
     "progress_interval": {"type": "float", "default": 10},
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},

@@ -17,6 +17,7 @@ author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
+  - gpuops.sglang.common.http
 attributes:
   check_mode:
     support: full
@@ -46,21 +47,6 @@ options:
   log_path:
     description: Parse this SGLang log offline instead of describing servers. Mutually exclusive with O(servers).
     type: path
-  host:
-    description: Address the servers listen on, as seen from the GPU host.
-    type: str
-    default: 127.0.0.1
-  health_path:
-    description: Health endpoint; C(/health_generate) runs a one-token generation.
-    type: str
-    default: /health_generate
-  api_key:
-    description: Sent as C(Authorization Bearer) when the servers were started with C(--api-key).
-    type: str
-  probe_timeout:
-    description: Seconds each HTTP request may take; keep it above SGLang's 20 s health check timeout.
-    type: float
-    default: 30
 notes:
   - C(/metrics) answers only when the server runs with C(--enable-metrics); RV(servers[].metrics) is null otherwise.
 seealso:
@@ -172,6 +158,9 @@ log:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
+    HTTP_ARGUMENT_SPEC,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
     describe_servers,
     parse_log_file,
@@ -190,10 +179,7 @@ def main():
                 "log_path": {"type": "path"},
             }},
             "log_path": {"type": "path"},
-            "host": {"type": "str", "default": "127.0.0.1"},
-            "health_path": {"type": "str", "default": "/health_generate"},
-            "api_key": {"type": "str", "no_log": True},
-            "probe_timeout": {"type": "float", "default": 30},
+            **HTTP_ARGUMENT_SPEC,
             "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
         },
         mutually_exclusive=[("servers", "log_path")],

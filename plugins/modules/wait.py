@@ -28,6 +28,7 @@ author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
+  - gpuops.sglang.common.http
   - ansible.builtin.action_common_attributes.flow
 attributes:
   check_mode:
@@ -72,19 +73,6 @@ options:
           - Pid of the server's main process, when it was not launched by C(gpuops.sglang.server).
           - Without a pid (given or recorded) a crash is only detected from the log.
         type: int
-  host:
-    description: Address the servers listen on, as seen from the GPU host.
-    type: str
-    default: 127.0.0.1
-  health_path:
-    description:
-      - Health endpoint. C(/health_generate) runs a one-token generation, so a 200 means the server really serves.
-      - Connection refused and HTTP 503 mean "still starting"; only HTTP 200 means ready.
-    type: str
-    default: /health_generate
-  api_key:
-    description: Sent as C(Authorization Bearer) when the servers were started with C(--api-key).
-    type: str
   timeout:
     description:
       - Seconds the whole wait may take. Large models need tens of minutes (weight loading, JIT compiles, CUDA graph capture).
@@ -98,12 +86,6 @@ options:
       - Keep it above the longest silent step of your models, such as a JIT compile during capture.
     type: float
     default: 600
-  probe_timeout:
-    description:
-      - Seconds one health request may take. Must exceed SGLang's own 20 s health check timeout
-        (C(SGLANG_HEALTH_CHECK_TIMEOUT)), or a busy but healthy server looks unreachable.
-    type: float
-    default: 30
   kill_stalled:
     description:
       - Kill a stalled server with SIGKILL, its process group and every process carrying its ownership marker

@@ -119,6 +119,20 @@ def missing_host_packages():
     return sorted({package for path, package in HOST_REQUIREMENTS.items() if not os.path.exists(path)})
 
 
+def unavailable_reason():
+    """Why the rig cannot come up on this machine, or None (tests skip with this reason)."""
+    if os.geteuid() != 0:
+        return "the LXC rig needs root"
+    missing = missing_host_packages()
+    if missing:
+        return f"host packages missing ({', '.join(missing)}): run tests/rig/rig.py setup"
+    if not os.path.isdir("/sys/fs/cgroup") or not os.listdir("/sys/fs/cgroup"):
+        return "no cgroup hierarchy mounted: LXC cannot start containers here"
+    if PCT_PATH.exists():
+        return f"{PCT_PATH} exists (a real Proxmox node, or a rig is already up): not touching it"
+    return None
+
+
 def install_host_packages():
     missing = missing_host_packages()
     if not missing:

@@ -24,17 +24,9 @@ COMMAND_TIMEOUT = 180
 
 
 def skip_reason():
-    if os.geteuid() != 0:
-        return "the LXC rig needs root"
-    if rig.missing_host_packages():
-        return f"host packages missing ({', '.join(rig.missing_host_packages())}): run tests/rig/rig.py setup"
-    if not os.path.isdir("/sys/fs/cgroup") or not os.listdir("/sys/fs/cgroup"):
-        return "no cgroup hierarchy mounted: LXC cannot start containers here"
-    if rig.PCT_PATH.exists():
-        return f"{rig.PCT_PATH} exists (a real Proxmox node, or a rig is already up): not touching it"
     if not ANSIBLE.exists():
         return f"ansible CLI not found next to {sys.executable}"
-    return None
+    return rig.unavailable_reason()
 
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
