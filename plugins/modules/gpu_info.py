@@ -13,7 +13,7 @@ description:
     a process without the marker is foreign.
   - "Fails with a clear message when C(nvidia-smi) is missing or fails, for example with
     C(NVML: Driver/library version mismatch) in a container whose driver libraries differ from the host's."
-version_added: 1.0.0
+version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

@@ -12,7 +12,7 @@ description:
     C(community.proxmox.proxmox_pct_remote) costs several C(pct exec) round trips.
   - Before writing anything it checks that O(required_paths) (model directories) exist, so a typo in a
     model path fails without touching the host.
-version_added: 1.0.0
+version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

@@ -35,7 +35,7 @@ description:
   - A per-host lock (C(flock) on C(<state_dir>/.lock)) serialises concurrent runs; a second run waits up to
     O(lock_timeout) seconds, then fails naming the holder.
   - This module does not wait for the servers to become ready; use M(gpuops.sglang.wait) for that.
-version_added: 1.0.0
+version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

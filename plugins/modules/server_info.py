@@ -12,7 +12,7 @@ description:
     has compared with the launch script, and its parsed log (phase, progress, configured facts, error).
   - With only O(log_path), parses that log file offline and returns RV(log).
   - The HTTP requests to all servers run in parallel, so a hung server costs at most O(probe_timeout) once.
-version_added: 1.0.0
+version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

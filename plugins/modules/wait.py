@@ -23,7 +23,7 @@ description:
     ready; RV(msg) names each such server and why.
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
     a log that was not rotated cannot report a previous run's phase or crash.
-version_added: 1.0.0
+version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
