@@ -1,0 +1,28 @@
+"""A Proxmox node that refuses the SSH connection: the relaunch says so, instead of community.proxmox's
+"'Connection' object has no attribute '_raise_paramiko_connect_exception'" (2.0.0), and touches nothing."""
+
+import json
+import os
+import subprocess
+
+from .conftest import BIN_DIR, REPO_ROOT, free_port
+
+
+def test_refused_ssh_to_the_node_is_explained(tmp_path):
+    port = free_port()  # nothing listens there
+    model = tmp_path / "model"
+    model.mkdir()
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"sglang_hosts": {"hosts": {"ct200": {
+        "ansible_connection": "community.proxmox.proxmox_pct_remote", "ansible_host": "127.0.0.1",
+        "ansible_port": port, "ansible_user": "root", "proxmox_vmid": 200,
+        "ansible_python_interpreter": "/usr/bin/python3", "sglang_model_path": str(model)}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_HOST_KEY_CHECKING="False")
+    run = subprocess.run([os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(inventory), "playbooks/relaunch.yml"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0
+    assert f"cannot open the SSH connection to the Proxmox node 127.0.0.1:{port} as root for container 200" \
+        in run.stdout, run.stdout[-3000:]
+    # Nothing after the preflight ran.
+    assert "Write all launch scripts" not in run.stdout
