@@ -30,7 +30,7 @@ def rank_main(rank, world, rendezvous_port, ready):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{rendezvous_port}", rank=rank, world_size=world)
     tensor = torch.ones(64 * 1024 * 1024, device="cuda")  # 256 MiB, large enough for the tuned buffers
-    for _ in range(ALL_REDUCES):
+    for _step in range(ALL_REDUCES):
         dist.all_reduce(tensor)
     torch.cuda.synchronize()
     print(f"rank {rank}: {ALL_REDUCES} all-reduces ok, value {tensor[0].item():.0f} "

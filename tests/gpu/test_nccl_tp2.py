@@ -76,8 +76,8 @@ def tp_server_killed_at_end():
     kill_marked("tp2")
 
 
-def test_pcie_profile_reaches_every_rank_and_is_applied_by_nccl(tmp_path, cleanup_pids, fixtures_out,
-                                                                 tp_server_killed_at_end):
+def test_pcie_profile_reaches_every_rank_and_is_applied_by_nccl(
+        tmp_path, cleanup_pids, fixtures_out, tp_server_killed_at_end):
     print(f"\nTP={TP}")
     baseline = [gpu_used_mib(gpu) for gpu in range(TP)]
     port = free_port()
