@@ -12,6 +12,9 @@ import os
 import re
 
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+# The state_dir of the deployment that launched the process: two deployments on one host (each with its own
+# state_dir) may both have a server called gpu0, and must not see each other's processes as theirs.
+DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 PROC_ROOT = "/proc"
 
 ProcessInfo = collections.namedtuple(
@@ -95,19 +98,28 @@ def marker_of(pid, proc_root=PROC_ROOT):
     return read_environ(pid, proc_root).get(MARKER_VAR) or None
 
 
+def other_deployment(pid, state_dir, proc_root=PROC_ROOT):
+    """The state_dir ``pid`` was launched for when that is not ``state_dir``; None when it is ours or unknown."""
+    deployment = read_environ(pid, proc_root).get(DEPLOYMENT_VAR)
+    if deployment and state_dir and os.path.realpath(deployment) != os.path.realpath(state_dir):
+        return deployment
+    return None
+
+
 def list_processes(proc_root=PROC_ROOT):
     processes = (read_process(pid, proc_root) for pid in _pid_dirs(proc_root))
     return [info for info in processes if info is not None]
 
 
-def find_marked(name=None, proc_root=PROC_ROOT):
-    """Live processes carrying our marker; only those of server ``name`` unless it is None."""
+def find_marked(name=None, proc_root=PROC_ROOT, state_dir=None):
+    """Live processes carrying our marker (of the deployment of ``state_dir``, when given); only those of
+    server ``name`` unless it is None."""
     found = []
     for info in list_processes(proc_root):
         if info.state in ("Z", "X"):
             continue
         marker = marker_of(info.pid, proc_root)
-        if marker and (name is None or marker == name):
+        if marker and (name is None or marker == name) and not other_deployment(info.pid, state_dir, proc_root):
             found.append(info)
     return found
 

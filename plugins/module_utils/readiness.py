@@ -205,7 +205,7 @@ def zombie_exit_status(pid):
     return os.WEXITSTATUS(wait_status)
 
 
-def kill_server(name, pid=None, pgid=None):
+def kill_server(name, state_dir, pid=None, pgid=None):
     """SIGKILL a server's process group and every process carrying its marker; return the pids hit.
 
     A server stalled during startup has no requests to drain, so there is no SIGTERM grace. The
@@ -216,7 +216,7 @@ def kill_server(name, pid=None, pgid=None):
         info = procfs.read_process(pid)
         if info is not None and info.pgid == pid:
             pgid = pid
-    victims = {info.pid for info in procfs.find_marked(name)}
+    victims = {info.pid for info in procfs.find_marked(name, state_dir=state_dir)}
     if pgid and pgid != os.getpgid(0):
         victims.update(info.pid for info in procfs.group_members(pgid))
         try:
@@ -328,7 +328,7 @@ class ServerTracker:
         elif status in ("crashed", "stalled"):
             report["phase"] = self.log.phase_reached()
         if status == "stalled" and self._options["kill_stalled"]:
-            report["killed_pids"] = kill_server(self.name, self.pid, self._pgid)
+            report["killed_pids"] = kill_server(self.name, self._options["state_dir"], self.pid, self._pgid)
         report["msg"] = self.explain(report, now)
         self.result = report
         return report

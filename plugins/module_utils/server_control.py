@@ -91,13 +91,15 @@ def validate_request(servers, state, numbers, ignore_gpu_holders=()):
             problems.append(f"{option} must be >= 0, got {value}")
     launching = state != "stopped"
     seen_names, seen_ports, gpu_owner = {}, {}, {}
+    seen_files = {}  # (option, path) -> server: two servers sharing a log or script would mix up their records
     for position, server in enumerate(servers):
         where = f"servers[{position}]"
         name = server.get("name")
         if not _SERVER_NAME.match(name or ""):
             problems.append(f"{where}.name {name!r} is invalid: use letters, digits, '.', '_' and '-' "
                             "(it names files and the marker value)")
-        elif name in seen_names:
+        duplicate = name in seen_names
+        if duplicate and _SERVER_NAME.match(name or ""):
             problems.append(f"duplicate server name {name!r} (servers[{seen_names[name]}] and {where})")
         seen_names.setdefault(name, position)
         where = f"{where} ({name})"
@@ -118,6 +120,13 @@ def validate_request(servers, state, numbers, ignore_gpu_holders=()):
             elif gpu_owner.get(gpu, name) != name:
                 problems.append(f"GPU {gpu} is assigned to both {gpu_owner[gpu]!r} and {name!r}")
             gpu_owner.setdefault(gpu, name)
+        for option in ("launch_script", "log_path", "pid_file"):
+            path = None if duplicate else server.get(option)  # a repeated server repeats its files: said above
+            if path and (option, os.path.realpath(path)) in seen_files:
+                problems.append(f"{option} {path} is used by both {seen_files[option, os.path.realpath(path)]!r} "
+                                f"and {name!r}")
+            elif path:
+                seen_files[option, os.path.realpath(path)] = name
         script = server.get("launch_script")
         if launching and script:
             if not os.path.isfile(script):
@@ -125,8 +134,26 @@ def validate_request(servers, state, numbers, ignore_gpu_holders=()):
             elif not os.access(script, os.X_OK):
                 mode = oct(os.stat(script).st_mode & 0o777)
                 problems.append(f"{where}.launch_script {script} is not executable (mode {mode}); make it executable")
+            else:
+                exported = _exported_marker(script)
+                if exported not in (None, name):
+                    problems.append(f"{where}.launch_script {script} exports {procfs.MARKER_VAR}={exported}, "
+                                    f"not {name}: its processes would be taken for server {exported!r}")
     if problems:
         raise ServerControlError("invalid request: " + "; ".join(problems), problems=problems)
+
+
+_MARKER_EXPORT = re.compile(r"^\s*export\s+" + procfs.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
+
+
+def _exported_marker(script):
+    """The marker value a launch script exports (the last one wins in sh), or None."""
+    try:
+        with open(script, errors="replace") as handle:
+            values = _MARKER_EXPORT.findall(handle.read())
+    except OSError:
+        return None
+    return values[-1] if values else None
 
 
 def _gpu_keyed(values):
@@ -214,21 +241,18 @@ class ServerControl:
             raise ServerControlError(str(exc))
 
     def _server_processes(self, name, recorded):
-        """Processes of server ``name``: marker matches plus the recorded process group.
-
-        The group counts only while its leader is the process we launched (same starttime) or gone:
-        a pid is not reused while its process group still has members, so a leaderless group is ours.
-        """
-        found = {info.pid: info for info in procfs.find_marked(name)}
+        """Processes of server ``name``: marker matches (of this state_dir's deployment) plus the recorded
+        process group while its leader is the process we launched (same starttime)."""
+        found = {info.pid: info for info in procfs.find_marked(name, state_dir=self.state_dir)}
         group = None
         pgid = (recorded or {}).get("pgid")
-        if pgid:
-            leader = procfs.read_process(pgid)
-            if leader is None or (pgid == recorded.get("pid") and leader.starttime == recorded.get("pid_starttime")):
-                members = procfs.group_members(pgid)
-                if members:
-                    group = pgid
-                    found.update((info.pid, info) for info in members)
+        # Only while its leader is the very process we launched: a leaderless group with that number may be a
+        # stranger's (after a reboot or pid wrap-around); marked members of ours are found above anyway.
+        if pgid and pgid == recorded.get("pid") and procfs.pid_alive(pgid, recorded.get("pid_starttime")):
+            members = procfs.group_members(pgid)
+            if members:
+                group = pgid
+                found.update((info.pid, info) for info in members)
         for pid in _own_lineage():
             found.pop(pid, None)
         return found, group
@@ -281,8 +305,12 @@ class ServerControl:
             if info is None:
                 return
             owner = procfs.marker_of(pid)
+            deployment = procfs.other_deployment(pid, self.state_dir)
             if owner is None:
                 problem = on_foreign(info)
+            elif deployment:
+                problem = (f"{what} is held by pid {pid} ({info.cmdline}) of server {owner!r} of another deployment "
+                           f"(state_dir {deployment}); stop it there first")
             elif owner in planned:
                 problem = (f"{what} is held by pid {pid} ({info.cmdline}) of server {owner!r}, "
                            "which this run leaves running")
@@ -291,8 +319,14 @@ class ServerControl:
                            f"file in {self.state_dir} (another deployment?); stop it first")
             else:
                 problem = None
-                self.extra_targets[pid] = info
-                self.stale[pid] = dict(procfs.describe(pid), holds=what)
+                # The whole stale server goes, not only the process in the way: its state file is removed.
+                stale, _group = self._server_processes(owner, read_state(self.state_dir, owner))
+                stale[pid] = info
+                for stale_pid, stale_info in stale.items():
+                    self.extra_targets[stale_pid] = stale_info
+                    entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
+                    if stale_pid == pid:
+                        entry["holds"] = what
             if problem:
                 problems.append(problem)
 
@@ -384,14 +418,14 @@ class ServerControl:
 
         alive = self._signal_all(killing, signal.SIGTERM)
         last_signal.update((pid, "SIGTERM") for pid in alive)
-        alive = self._wait_gone(alive, self.params["stop_timeout"], gone)
+        self._wait_gone(alive, self.params["stop_timeout"], gone)
+        # Re-scan, also when all went: children may have been spawned while the servers were shutting down.
+        for plan in killing:
+            found, plan.group = self._server_processes(plan.name, plan.recorded)
+            plan.processes.update(found)
+            owner_of.update((pid, plan) for pid in found)
+        alive = self._signal_all(killing, signal.SIGKILL)
         if alive:
-            # Re-scan: children may have been spawned while the server was shutting down.
-            for plan in killing:
-                found, _group = self._server_processes(plan.name, plan.recorded)
-                plan.processes.update(found)
-                owner_of.update((pid, plan) for pid in found)
-            alive = self._signal_all(killing, signal.SIGKILL)
             last_signal.update((pid, "SIGKILL") for pid in alive)
             alive = self._wait_gone(alive, SIGKILL_GRACE_SECONDS, gone)
         for plan in killing:
@@ -448,6 +482,7 @@ class ServerControl:
         env = dict(os.environ)
         # The launch script exports the marker too; setting it here covers scripts that forget.
         env[procfs.MARKER_VAR] = plan.name
+        env[procfs.DEPLOYMENT_VAR] = self.state_dir
         # SGLang names its children with setproctitle, which overwrites /proc/<pid>/environ - and with it
         # the marker - unless SPT_NOENV is set (the title then fits in the original command line).
         env.setdefault("SPT_NOENV", "1")

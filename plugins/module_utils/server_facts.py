@@ -125,7 +125,7 @@ def describe_server(spec, params, now):
     name = spec["name"]
     state = read_state(params["state_dir"], name) or {}
     pid = state.get("pid")
-    processes = procfs.find_marked(name)
+    processes = procfs.find_marked(name, state_dir=params["state_dir"])
     main_alive = procfs.pid_alive(pid, state.get("pid_starttime")) if pid else False
     alive = main_alive or bool(processes)
     script = launch_script_facts(state)
@@ -148,9 +148,11 @@ def describe_server(spec, params, now):
 
 
 def server_status(server):
+    """ready/starting/dead/stopped; consumes the internal ``state_recorded`` key."""
+    recorded = server.pop("state_recorded")
     if server["alive"]:
         return "ready" if server["health"]["status"] == 200 else "starting"
-    return "dead" if server.pop("state_recorded") else "stopped"
+    return "dead" if recorded else "stopped"
 
 
 def parse_log_file(path):

@@ -250,8 +250,8 @@ servers:
       sample: {"stop_s": 2.1, "gpu_free_s": 0.8, "launch_s": 0.01}
 stale_killed:
   description:
-    - Processes of servers not listed here but recorded in O(state_dir) (renamed or removed) that held a needed GPU
-      or port, and were stopped.
+    - Processes of servers not listed here but recorded in O(state_dir) (renamed or removed) of which one held a
+      needed GPU or port; the whole server was stopped (C(holds) names what the process held, null for the rest).
   returned: always
   type: list
   elements: dict

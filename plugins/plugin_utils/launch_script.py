@@ -59,7 +59,7 @@ CACHE_ENV = (
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # setproctitle, which SGLang uses to name its schedulers, overwrites /proc/<pid>/environ (and the
 # marker with it) unless SPT_NOENV is set.
-_MANAGED_ENV = (MARKER_VAR, "SPT_NOENV", "CUDA_VISIBLE_DEVICES")
+_MANAGED_ENV = (MARKER_VAR, "SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
 
 
 class LaunchScriptError(ValueError):
@@ -178,7 +178,8 @@ def launch_argv(server, settings):
 
 
 def launch_env(server, settings):
-    """``[[name, value], ...]`` the script exports, in order: marker, SPT_NOENV, GPUs, caches, NCCL, user env.
+    """``[[name, value], ...]`` the script exports, in order: marker, SPT_NOENV, GPU order and GPUs, caches, NCCL,
+    user env.
 
     User env overrides cache and NCCL values (NCCL_* entries are validated like a profile's).
     """
@@ -186,6 +187,8 @@ def launch_env(server, settings):
     env = {
         MARKER_VAR: merged["name"],
         "SPT_NOENV": "1",
+        # CUDA numbers GPUs fastest first by default; nvidia-smi (and so the verified GPUs) by PCI bus.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in merged["gpus"]),
     }
     cache_dir = merged.get("cache_dir")

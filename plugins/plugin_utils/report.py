@@ -84,9 +84,14 @@ def _bounds(fact, expectation):
         unknown = set(expectation) - {"min", "max"}
         if unknown or not expectation:
             raise ExpectationError(f"expectation for {fact} must be {{min: N}} and/or {{max: N}}, got {expectation!r}")
-        return expectation.get("min"), expectation.get("max")
-    # A bare number is a minimum: "at least this many running requests".
-    return expectation, None
+        bounds = expectation.get("min"), expectation.get("max")
+    else:
+        # A bare number is a minimum: "at least this many running requests".
+        bounds = expectation, None
+    try:
+        return tuple(None if bound is None else float(bound) for bound in bounds)
+    except (TypeError, ValueError):
+        raise ExpectationError(f"expectation for {fact} must be numbers, got {expectation!r}") from None
 
 
 def expectation_failures(wait_results, expect):
@@ -100,10 +105,10 @@ def expectation_failures(wait_results, expect):
             value = (result.get("facts") or {}).get(fact)
             if value is None:
                 failures.append(f"{result['name']}: {fact} was not reported")
-            elif minimum is not None and value < float(minimum):
-                failures.append(f"{result['name']}: {fact}={value} is below the expected minimum {minimum}")
-            elif maximum is not None and value > float(maximum):
-                failures.append(f"{result['name']}: {fact}={value} is above the expected maximum {maximum}")
+            elif minimum is not None and value < minimum:
+                failures.append(f"{result['name']}: {fact}={value} is below the expected minimum {minimum:g}")
+            elif maximum is not None and value > maximum:
+                failures.append(f"{result['name']}: {fact}={value} is above the expected maximum {maximum:g}")
     return failures
 
 

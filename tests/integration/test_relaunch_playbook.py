@@ -109,3 +109,13 @@ def test_gpu_index_beyond_the_hosts_count_fails_in_preflight(sim_host):
     assert "GPU index 8 is beyond the host's GPU count 8" in failed["msg"]
     assert result.module_calls() == ["gpuops.sglang.gpu_info"]
     assert not sim_host.script_dir.exists()
+
+
+def test_check_mode_reports_the_scripts_that_would_change_and_touches_nothing(sim_host):
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 2}, args=["--check"])
+    assert result.rc == 0, summary(result)
+    [would_change] = result.task("Scripts that would change")
+    assert sorted(would_change["msg"]) == ["gpu0", "gpu1"]
+    assert not result.task("Bring servers to state") and not result.task("Wait until")
+    assert not (sim_host.dir / "state").exists() or not list((sim_host.dir / "state").glob("*.json"))
+    assert not sim_host.script_dir.exists() or not list(sim_host.script_dir.iterdir())

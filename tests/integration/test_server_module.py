@@ -111,6 +111,29 @@ def test_start_records_state_and_second_run_is_idempotent(server, started, make_
         assert entry["killed_pids"] == []
 
 
+def test_same_server_name_in_another_deployment_is_left_alone(server, started, make_server, marked, tmp_path):
+    """Two deployments (state_dirs) on one host may both call a server alpha; each only touches its own."""
+    ours = make_server("alpha", [0])
+    theirs = make_server("alpha-theirs", [1])
+    script = theirs["launch_script"]
+    with open(script) as handle:
+        text = handle.read()
+    with open(script, "w") as handle:
+        handle.write(text.replace("GPUOPS_SGLANG_SERVER='alpha-theirs'", "GPUOPS_SGLANG_SERVER='alpha'"))
+    theirs["name"] = "alpha"
+    result = server([theirs], state_dir=str(tmp_path / "other-deployment"))
+    assert not result.get("failed"), result.get("msg")
+    their_pids = set(marked("alpha"))
+    pids = started(ours)
+    assert set(marked("alpha")) - their_pids, "our alpha should have started beside theirs"
+
+    result = server([ours], state="restarted")
+    assert not result.get("failed"), result.get("msg")
+    assert pids["alpha"] in result["servers"][0]["killed_pids"]
+    assert not their_pids & set(result["servers"][0]["killed_pids"])
+    assert all(alive(pid) for pid in their_pids)
+
+
 def test_changed_script_relaunches_only_that_server(server, started, make_server, fake_gpus, marked):
     alpha, beta = make_server("alpha", [0, 1]), make_server("beta", [2])
     pids = started(alpha, beta)
@@ -314,6 +337,21 @@ def test_stale_server_on_needed_gpu_is_stopped(server, make_server, fake_gpus, h
     assert old.wait(timeout=10) == -signal.SIGTERM
     assert result["servers"][0]["gpu_memory_after_mib"] == {"5": 0}
     assert not os.path.exists(stale_state)
+
+
+def test_servers_sharing_files_or_a_marker_are_rejected(server, make_server):
+    alpha, beta, gamma = make_server("alpha", [0]), make_server("beta", [1]), make_server("gamma", [2])
+    with open(gamma["launch_script"]) as handle:
+        copied = handle.read().replace("GPUOPS_SGLANG_SERVER='gamma'", "GPUOPS_SGLANG_SERVER='alpha'")
+    with open(gamma["launch_script"], "w") as handle:
+        handle.write(copied)
+    result = server([alpha, dict(beta, log_path=alpha["log_path"]), gamma])
+    assert result["failed"]
+    assert result["problems"] == [
+        f"log_path {alpha['log_path']} is used by both 'alpha' and 'beta'",
+        (f"servers[2] (gamma).launch_script {gamma['launch_script']} exports GPUOPS_SGLANG_SERVER=alpha, "
+         "not gamma: its processes would be taken for server 'alpha'"),
+    ]
 
 
 def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_server, tmp_path, marked):

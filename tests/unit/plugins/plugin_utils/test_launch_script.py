@@ -78,10 +78,12 @@ def test_env_order_caches_nccl_and_user_overrides():
                     env={"NCCL_BUFFSIZE": "8388608", "TRITON_CACHE_DIR": "/fast/triton", "X": 1})
     env = launch_env(SERVER, settings)
     names = [name for name, _value in env]
-    assert names[:4] == ["GPUOPS_SGLANG_SERVER", "SPT_NOENV", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR"]
+    assert names[:5] == ["GPUOPS_SGLANG_SERVER", "SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES",
+                         "SGLANG_CACHE_DIR"]
     values = dict(env)
     assert values["GPUOPS_SGLANG_SERVER"] == "gpu3" and values["CUDA_VISIBLE_DEVICES"] == "3"
     assert values["SPT_NOENV"] == "1"  # keeps the marker readable in scheduler processes
+    assert values["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # CUDA's GPU numbering = nvidia-smi's
     assert values["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor" and values["FLASHINFER_WORKSPACE_BASE"] == "/cache"
     assert values["TRITON_CACHE_DIR"] == "/fast/triton" and values["NCCL_BUFFSIZE"] == "8388608"
     assert values["NCCL_PROTO"] == "LL" and values["X"] == "1"

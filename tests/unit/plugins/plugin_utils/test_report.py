@@ -53,6 +53,8 @@ def test_expectations_check_ready_servers():
     assert expectation_failures(WAITS, {"max_total_num_tokens": {"max": 1000}}) == [
         "gpu0: max_total_num_tokens=2264878 is above the expected maximum 1000"]
     assert expectation_failures(WAITS, {"max_mamba_cache_size": 1}) == ["gpu0: max_mamba_cache_size was not reported"]
+    with pytest.raises(ExpectationError, match="expectation for max_running_requests must be numbers, got 'many'"):
+        expectation_failures(WAITS, {"max_running_requests": "many"})
     with pytest.raises(ExpectationError, match="must be {min: N} and/or {max: N}"):
         expectation_failures(WAITS, {"max_running_requests": {"atleast": 1}})
 
