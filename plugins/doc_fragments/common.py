@@ -55,10 +55,17 @@ options:
     default: nvidia-smi
   gpu_device_dir:
     description:
-      - Directory of the GPU device nodes C(nvidia<N>). A process holds GPU N when one of its file descriptors
-        points to C(<gpu_device_dir>/nvidia<N>).
+      - Directory of the GPU device nodes C(nvidia<M>). A process holds a GPU when one of its file descriptors
+        points to the GPU's node C(<gpu_device_dir>/nvidia<M>), M being the GPU's device minor.
     type: path
     default: /dev
+  nvidia_driver_dir:
+    description:
+      - The driver's per-GPU information (C(Device Minor) by PCI bus id). In a container given some of the host's
+        GPUs, nvidia-smi numbers them from 0 while their device nodes keep the host's minors; this maps one to
+        the other. Where it cannot be read, GPU N is taken to be C(nvidia<N>).
+    type: path
+    default: /proc/driver/nvidia/gpus
 """
 
     IDEMPOTENT = r"""

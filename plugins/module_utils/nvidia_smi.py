@@ -7,6 +7,7 @@
 
 import collections
 import os
+import re
 import shutil
 
 Field = collections.namedtuple("Field", ["query", "key", "convert"])
@@ -28,6 +29,7 @@ GPU_FIELDS = (
     Field("memory.used", "memory_used_mib", _mib),
     Field("memory.total", "memory_total_mib", _mib),
     Field("memory.free", "memory_free_mib", _mib),
+    Field("pci.bus_id", "pci_bus_id", str),
 )
 
 COMPUTE_APP_FIELDS = (
@@ -115,6 +117,35 @@ def query_gpus(run, nvidia_smi="nvidia-smi", ids=None):
     """One dict per GPU: index, uuid, name, memory_used_mib, memory_total_mib, memory_free_mib."""
     extra = ["--id=" + ",".join(str(gpu) for gpu in ids)] if ids else []
     return _query(run, nvidia_smi, "--query-gpu", GPU_FIELDS, extra)
+
+
+DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
+_DEVICE_MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
+
+
+def device_minors(gpus, driver_dir=DRIVER_GPUS_DIR):
+    """GPU index -> minor number N of its device node ``nvidia<N>``.
+
+    They differ where a container is given some of the host's GPUs: nvidia-smi numbers them from 0, the
+    device nodes keep the host's minors. The driver's per-GPU ``information`` file (found by PCI bus id)
+    says which is which; where it cannot be read, the index is taken for the minor.
+    """
+    minors = {}
+    for gpu in gpus:
+        minors[gpu["index"]] = gpu["index"]
+        domain, _sep, rest = (gpu.get("pci_bus_id") or "").partition(":")
+        if not rest:
+            continue
+        # nvidia-smi prints an 8-digit domain ("00000000:00:06.0"), the driver's directory a 4-digit one.
+        location = f"{int(domain, 16):04x}:{rest.lower()}"
+        try:
+            with open(os.path.join(driver_dir, location, "information")) as handle:
+                match = _DEVICE_MINOR.search(handle.read())
+        except (OSError, ValueError):
+            continue
+        if match:
+            minors[gpu["index"]] = int(match.group(1))
+    return minors
 
 
 def query_compute_apps(run, nvidia_smi="nvidia-smi"):

@@ -153,15 +153,16 @@ def _fd_targets(pid, proc_root):
             continue
 
 
-def gpu_holders(device_dir="/dev", gpus=None, proc_root=PROC_ROOT):
-    """Map GPU index -> sorted pids holding ``<device_dir>/nvidia<N>`` open.
+def gpu_holders(device_dir="/dev", minors=None, proc_root=PROC_ROOT):
+    """Map GPU index -> sorted pids holding its device node ``<device_dir>/nvidia<minor>`` open.
 
-    NVML cannot list processes inside containers (it is not PID-namespace aware), but every CUDA
-    process keeps the device node open, so /proc/<pid>/fd is the reliable source.
+    ``minors`` maps GPU index -> device minor (nvidia_smi.device_minors); None takes every ``nvidia<N>``
+    node for GPU N. NVML cannot list processes inside containers (it is not PID-namespace aware), but every
+    CUDA process keeps the device node open, so /proc/<pid>/fd is the reliable source.
     """
     # fd links are resolved absolute paths, so compare against the resolved device dir.
     real_dir = os.path.realpath(device_dir)
-    wanted = None if gpus is None else {int(gpu) for gpu in gpus}
+    index_of = None if minors is None else {int(minor): int(index) for index, minor in minors.items()}
     holders = {}
     for pid in _pid_dirs(proc_root):
         for target in set(_fd_targets(pid, proc_root)):
@@ -169,8 +170,9 @@ def gpu_holders(device_dir="/dev", gpus=None, proc_root=PROC_ROOT):
             match = _GPU_DEVICE_NAME.match(base)
             if not match or directory != real_dir:
                 continue
-            index = int(match.group(1))
-            if wanted is None or index in wanted:
+            minor = int(match.group(1))
+            index = minor if index_of is None else index_of.get(minor)
+            if index is not None:
                 holders.setdefault(index, []).append(pid)
     return holders
 

@@ -16,7 +16,9 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    DRIVER_GPUS_DIR,
     NvidiaSmiError,
+    device_minors,
     query_gpus,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
@@ -36,6 +38,7 @@ COMMON_ARGUMENT_SPEC = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "gpu_device_dir": {"type": "path", "default": "/dev"},
+    "nvidia_driver_dir": {"type": "path", "default": DRIVER_GPUS_DIR},
 }
 
 STATES = ("started", "restarted", "stopped")
@@ -226,6 +229,7 @@ class ServerControl:
         self.check_mode = check_mode
         self.state_dir = params["state_dir"]
         self.device_dir = params["gpu_device_dir"]
+        self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
         # Processes outside the servers' own (stale servers, forced foreign holders): pid -> ProcessInfo.
         self.extra_targets = {}
         self.foreign = {}
@@ -353,7 +357,7 @@ class ServerControl:
             return on_foreign
 
         gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
-        holders = procfs.gpu_holders(self.device_dir, gpus) if gpus else {}
+        holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in gpus}) if gpus else {}
         for gpu in gpus:
             for pid in holders.get(gpu, []):
                 judge(pid, f"GPU {gpu}", foreign_gpu_holder(gpu))
@@ -460,7 +464,7 @@ class ServerControl:
             if plan.changes:
                 plan.timings["gpu_free_s"] = self.timings["gpu_free_s"]
         if busy:
-            holders = procfs.gpu_holders(self.device_dir, sorted(busy))
+            holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in busy})
             described = []
             for index in sorted(busy):
                 who = ", ".join(_holder_text(pid) for pid in holders.get(index, [])) or (
@@ -577,6 +581,7 @@ class ServerControl:
     def _apply_locked(self, lock_wait, started):
         self.timings["lock_wait_s"] = round(lock_wait, 3)
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
+        self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         unknown = [(spec["name"], gpu) for spec in self.params["servers"] for gpu in spec.get("gpus") or []
                    if gpu not in present]
         if unknown:
@@ -610,7 +615,7 @@ class ServerControl:
         }
 
 
-def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None):
+def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, driver_dir=DRIVER_GPUS_DIR):
     """GPUs with their memory and the processes holding them, found through /proc (not NVML)."""
     try:
         listed = query_gpus(run, nvidia_smi)
@@ -623,8 +628,10 @@ def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None):
         raise ServerControlError(f"GPU index {', '.join(str(gpu) for gpu in unknown)} not present on this host "
                                  f"(nvidia-smi lists {listed})")
     selected = [gpu for gpu in listed if not gpus or gpu["index"] in gpus]
-    holders = procfs.gpu_holders(device_dir, [gpu["index"] for gpu in selected])
+    minors = device_minors(selected, driver_dir)
+    holders = procfs.gpu_holders(device_dir, minors)
     for gpu in selected:
+        gpu["device_minor"] = minors[gpu["index"]]
         gpu["processes"] = [dict(entry, ours=entry["server"] is not None)
                             for entry in (procfs.describe(pid) for pid in holders.get(gpu["index"], []))]
     return selected

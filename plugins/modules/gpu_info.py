@@ -87,6 +87,14 @@ gpus:
       description: Free memory in MiB.
       type: int
       sample: 122058
+    pci_bus_id:
+      description: PCI bus id as C(nvidia-smi) prints it.
+      type: str
+      sample: "00000000:00:06.0"
+    device_minor:
+      description: Minor number M of the GPU's device node C(nvidia<M>) (see O(nvidia_driver_dir)).
+      type: int
+      sample: 0
     processes:
       description: Processes holding the GPU's device node open.
       type: list
@@ -118,12 +126,13 @@ def main():
     argument_spec = {
         "nvidia_smi": COMMON_ARGUMENT_SPEC["nvidia_smi"],
         "gpu_device_dir": COMMON_ARGUMENT_SPEC["gpu_device_dir"],
+        "nvidia_driver_dir": COMMON_ARGUMENT_SPEC["nvidia_driver_dir"],
         "gpus": {"type": "list", "elements": "int"},
     }
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     try:
         gpus = gpu_inventory(module.run_command, module.params["nvidia_smi"], module.params["gpu_device_dir"],
-                             module.params["gpus"])
+                             module.params["gpus"], module.params["nvidia_driver_dir"])
     except ServerControlError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, gpus=gpus)

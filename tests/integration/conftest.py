@@ -103,6 +103,7 @@ class FakeGpuHost:
         self.count = count
         self.nvidia_smi = os.path.join(self.dir, "bin", "nvidia-smi")
         self.device_dir = os.path.join(self.dir, "dev")
+        self.driver_dir = fakegpu.driver_gpus_dir(self.dir)
         self.init()
 
     def init(self, **options):
@@ -192,9 +193,9 @@ def make_server(tmp_path, fake_gpus, model_dir, test_token):
 
 @pytest.fixture
 def host_args(tmp_path, fake_gpus):
-    """Module options pointing at the fake host: state_dir, nvidia_smi, gpu_device_dir."""
+    """Module options pointing at the fake host: state_dir, nvidia_smi, gpu_device_dir, nvidia_driver_dir."""
     return {"state_dir": str(tmp_path / "state"), "nvidia_smi": fake_gpus.nvidia_smi,
-            "gpu_device_dir": fake_gpus.device_dir}
+            "gpu_device_dir": fake_gpus.device_dir, "nvidia_driver_dir": fake_gpus.driver_dir}
 
 
 class PlaybookRun:
@@ -342,6 +343,7 @@ class SimHost:
             "sglang_state_dir": str(self.dir / "state"),
             "sglang_nvidia_smi": fake_gpus.nvidia_smi,
             "sglang_gpu_device_dir": fake_gpus.device_dir,
+            "sglang_nvidia_driver_dir": fake_gpus.driver_dir,
             "relaunch_wait_timeout": 60,
             "relaunch_stall_timeout": 20,
             "relaunch_progress_interval": 1,

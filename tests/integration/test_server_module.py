@@ -276,6 +276,23 @@ def test_foreign_gpu_holder_is_refused_then_killed_with_force(server, started, m
     assert result["servers"][0]["action"] == "relaunched" and not alive(pids["alpha"])
 
 
+def test_gpu_holders_found_by_device_minor_in_a_container_given_host_gpus_4_to_7(
+        server, make_server, fake_gpus, ansible, host_args):
+    # nvidia-smi numbers the container's GPUs 0-7 while their device nodes are the host's nvidia4..nvidia11.
+    fake_gpus.init(minor_offset=4)
+    foreign = fake_gpus.hold(1, mib=4000)
+    assert os.path.realpath(os.path.join(fake_gpus.device_dir, "nvidia5")) in {
+        os.readlink(f"/proc/{foreign.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{foreign.pid}/fd")}
+    result = server([make_server("alpha", [1])])
+    assert result["failed"] and f"GPU 1 is held by foreign process {foreign.pid} (" in result["msg"]
+
+    info = ansible.module("gpuops.sglang.gpu_info", {key: host_args[key] for key in (
+        "nvidia_smi", "gpu_device_dir", "nvidia_driver_dir")})
+    gpu1 = info["gpus"][1]
+    assert gpu1["device_minor"] == 5 and [proc["pid"] for proc in gpu1["processes"]] == [foreign.pid]
+    assert all(gpu["processes"] == [] for gpu in info["gpus"] if gpu["index"] != 1)
+
+
 def test_device_daemons_holding_a_gpu_are_ignored_and_never_killed(server, started, make_server, fake_gpus):
     alpha = make_server("alpha", [2])
     pids = started(alpha)

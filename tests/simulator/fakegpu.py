@@ -4,7 +4,10 @@
 A GPU state directory holds:
   gpus.json              the GPUs (name, uuid, total/reserved MiB, bus id) and host settings
   alloc/<pid>-<gpu>.json memory a process holds on a GPU (with the pid's starttime)
-  dev/nvidia<N>          plain files standing in for device nodes; holders keep them open
+  dev/nvidia<M>          plain files standing in for device nodes (M = the GPU's device minor); holders
+                         keep them open
+  driver/gpus/<bus>/information
+                         like /proc/driver/nvidia/gpus: maps a GPU's PCI bus id to its "Device Minor"
   bin/nvidia-smi         wrapper running this file with the state dir baked in
 
 Memory used on GPU N is the sum of the allocations of live processes. A dead process's allocation
@@ -14,6 +17,8 @@ teardown, then the file is removed.
 CLI:
   fakegpu.py init <dir> --count 8 [--name "NVIDIA H200"] [--total-mib 143771] [--reserved-mib 615]
                         [--hide-compute-apps] [--release-delay S] [--fail driver_mismatch]
+                        [--minor-offset K]   (device minors K..K+count-1, as in a container given
+                                              host GPUs K.. while nvidia-smi numbers them from 0)
   fakegpu.py nvidia-smi --state-dir <dir> [nvidia-smi arguments]
 """
 
@@ -90,7 +95,25 @@ def _alloc_dir(state_dir):
 
 
 def device_path(state_dir, gpu_index):
-    return os.path.join(state_dir, "dev", f"nvidia{gpu_index}")
+    """The stand-in device node of GPU ``gpu_index`` (named by its device minor, like /dev/nvidia<minor>)."""
+    gpu = load_config(state_dir)["gpus"][gpu_index]
+    return os.path.join(state_dir, "dev", f"nvidia{gpu.get('minor', gpu_index)}")
+
+
+def driver_gpus_dir(state_dir):
+    """The stand-in for /proc/driver/nvidia/gpus."""
+    return os.path.join(state_dir, "driver", "gpus")
+
+
+def _write_driver_information(state_dir, gpu):
+    # /proc/driver/nvidia/gpus/<domain:bus:dev.fn>/information: a 4-digit domain, lower case.
+    domain, rest = gpu["bus_id"].split(":", 1)
+    location = f"{int(domain, 16):04x}:{rest.lower()}"
+    directory = os.path.join(driver_gpus_dir(state_dir), location)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "information"), "w") as handle:
+        handle.write(f"Model: \t\t {gpu['name']}\nGPU UUID: \t {gpu['uuid']}\nBus Type: \t PCIe\n"
+                     f"Bus Location: \t {location}\nDevice Minor: \t {gpu['minor']}\nGPU Excluded:\t No\n")
 
 
 def _write_json_atomic(path, data):
@@ -115,7 +138,7 @@ def _uuid_for(state_dir, index):
 
 
 def init(state_dir, count=8, name="NVIDIA H200", total_mib=143771, reserved_mib=615,
-         hide_compute_apps=False, release_delay=0.0, fail=None):
+         hide_compute_apps=False, release_delay=0.0, fail=None, minor_offset=0):
     """Create (or update, keeping allocations) a GPU state directory; returns the gpus.json content."""
     state_dir = os.path.abspath(state_dir)
     for sub in ("alloc", "dev", "bin"):
@@ -133,8 +156,8 @@ def init(state_dir, count=8, name="NVIDIA H200", total_mib=143771, reserved_mib=
             "temperature_c": 35,
             "power_w": 124,
             "power_limit_w": 700,
+            "minor": minor_offset + index,
         })
-        open(device_path(state_dir, index), "a").close()
     config = {
         "gpus": gpus,
         "hide_compute_apps": hide_compute_apps,
@@ -142,6 +165,9 @@ def init(state_dir, count=8, name="NVIDIA H200", total_mib=143771, reserved_mib=
         "fail": fail,
     }
     _write_json_atomic(_gpus_file(state_dir), config)
+    for gpu in gpus:
+        open(device_path(state_dir, gpu["index"]), "a").close()
+        _write_driver_information(state_dir, gpu)
     wrapper = os.path.join(state_dir, "bin", "nvidia-smi")
     with open(wrapper, "w") as handle:
         # python3 from PATH: Debian containers under test have no venv.
@@ -426,6 +452,8 @@ def main(argv=None):
     init_parser.add_argument("--release-delay", type=float, default=0.0,
                              help="seconds a dead process's memory keeps counting")
     init_parser.add_argument("--fail", choices=["driver_mismatch"])
+    init_parser.add_argument("--minor-offset", type=int, default=0,
+                             help="device minor of GPU 0 (a container given host GPUs K.. sees them as 0..)")
     commands.add_parser("nvidia-smi", help="behave as nvidia-smi: nvidia-smi --state-dir DIR [ARGS]")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["nvidia-smi"]:
@@ -437,7 +465,7 @@ def main(argv=None):
         return code
     args = parser.parse_args(argv)
     init(args.state_dir, args.count, args.name, args.total_mib, args.reserved_mib,
-         args.hide_compute_apps, args.release_delay, args.fail)
+         args.hide_compute_apps, args.release_delay, args.fail, args.minor_offset)
     return 0
 
 

@@ -34,13 +34,17 @@ def fields(*queries):
     return tuple(by_query[query] for query in queries)
 
 
+# What the captures queried: GPU_FIELDS without pci.bus_id.
+CAPTURE_FIELDS = tuple(field for field in GPU_FIELDS if field.query != "pci.bus_id")
+
+
 def run(argv):
     process = subprocess.run(argv, capture_output=True, text=True, check=False)
     return process.returncode, process.stdout, process.stderr
 
 
 def test_query_gpu_busy_capture():
-    rows = parse_csv(capture_section("busy.txt", "query-gpu busy"), GPU_FIELDS)
+    rows = parse_csv(capture_section("busy.txt", "query-gpu busy"), CAPTURE_FIELDS)
     assert rows == [{
         "index": 0, "uuid": H200_UUID, "name": "NVIDIA H200",
         "memory_used_mib": 21099, "memory_total_mib": 143771, "memory_free_mib": 122058,
@@ -56,9 +60,9 @@ def test_header_and_units_are_understood():
 
 
 def test_column_count_mismatch_is_an_error_not_a_misparse():
-    # The idle capture queried one more column than GPU_FIELDS.
+    # The idle capture queried one more column than CAPTURE_FIELDS.
     with pytest.raises(NvidiaSmiError, match="expected 6 columns .* got 7"):
-        parse_csv(capture_section("idle.txt", "query-gpu idle"), GPU_FIELDS)
+        parse_csv(capture_section("idle.txt", "query-gpu idle"), CAPTURE_FIELDS)
 
 
 def test_compute_apps_capture():
@@ -75,7 +79,7 @@ def test_placeholders_become_none_and_free_text_keeps_commas():
 
 def test_garbage_value_names_the_field():
     with pytest.raises(NvidiaSmiError, match="'lots' for memory.used"):
-        parse_csv("0, GPU-x, H200, lots, 1, 1\n", GPU_FIELDS)
+        parse_csv("0, GPU-x, H200, lots, 1, 1\n", CAPTURE_FIELDS)
 
 
 @pytest.fixture

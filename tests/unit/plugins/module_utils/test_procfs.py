@@ -119,12 +119,14 @@ def test_pid_alive_checks_starttime_and_zombies(child):
 def test_gpu_holders(child, device_dir, tmp_path):
     process, _port = child
     assert procfs.gpu_holders(str(device_dir)) == {2: [process.pid]}
-    assert procfs.gpu_holders(str(device_dir), gpus=[2, 3]) == {2: [process.pid]}
-    assert procfs.gpu_holders(str(device_dir), gpus=[0, 1]) == {}
+    assert procfs.gpu_holders(str(device_dir), minors={2: 2, 3: 3}) == {2: [process.pid]}
+    assert procfs.gpu_holders(str(device_dir), minors={0: 0, 1: 1}) == {}
+    # A container given host GPUs 2 and 3 calls them 0 and 1; the node of GPU 0 is nvidia2.
+    assert procfs.gpu_holders(str(device_dir), minors={0: 2, 1: 3}) == {0: [process.pid]}
     # A device dir reached through a symlink names the same files.
     alias = tmp_path / "dev-alias"
     alias.symlink_to(device_dir)
-    assert procfs.gpu_holders(str(alias), gpus=[2]) == {2: [process.pid]}
+    assert procfs.gpu_holders(str(alias), minors={2: 2}) == {2: [process.pid]}
 
 
 def test_port_listeners(child):
