@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     COMPUTE_APP_FIELDS,
     GPU_FIELDS,
+    device_minors,
     parse_csv,
 )
 
@@ -49,3 +50,16 @@ def test_compute_apps_name_the_executable_as_started():
     assert app == {"pid": 789, "gpu_uuid": UUID, "process_name": "/opt/torch/.venv/bin/python3",
                    "used_memory_mib": 21090}
     assert parse_csv(read("idle-query-compute-apps.txt"), fields) == []
+
+
+def test_device_minor_from_the_drivers_information_file(tmp_path):
+    """/proc/driver/nvidia/gpus/0000:00:06.0/information of the H200 run, moved to minor 5 as in a container
+    given that host GPU as its GPU 0; nvidia-smi's 8-digit bus id domain finds the 4-digit directory."""
+    directory = tmp_path / "0000:00:06.0"
+    directory.mkdir()
+    information = read("proc-driver-nvidia-gpus-information.txt")
+    assert "Device Minor: \t 0\n" in information
+    (directory / "information").write_text(information.replace("Device Minor: \t 0", "Device Minor: \t 5"))
+    gpus = [{"index": 0, "pci_bus_id": "00000000:00:06.0"}, {"index": 1, "pci_bus_id": "00000000:00:07.0"}]
+    # GPU 1 has no information file here: its index stands in for the minor.
+    assert device_minors(gpus, str(tmp_path)) == {0: 5, 1: 1}
