@@ -402,14 +402,19 @@ class LogFollower:
 
     An unterminated last line is kept until it is completed. When the file is replaced (another
     inode, e.g. rotated to ``.1`` at relaunch) or shrinks (truncated), reading restarts at offset 0.
+    A log that is already larger than ``head_bytes + tail_bytes`` when reading starts (a server that has
+    been serving for weeks) is read as its head (the startup: phases and facts) and its tail (the latest
+    lines), not whole.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, head_bytes=4 * 1024 * 1024, tail_bytes=1024 * 1024):
         self.path = path
         self.offset = 0
         self._identity = None
         self._pending = ""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._head_bytes = head_bytes
+        self._tail_bytes = tail_bytes
 
     def read_new(self):
         """Return the complete lines appended since the last call ([] while the file does not exist)."""
@@ -418,7 +423,6 @@ class LogFollower:
                 data = self._read_from_offset(handle)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        self.offset += len(data)
         lines, self._pending = split_lines(self._pending + self._decoder.decode(data))
         return lines
 
@@ -427,8 +431,17 @@ class LogFollower:
         identity = (stat.st_dev, stat.st_ino)
         if identity != self._identity or stat.st_size < self.offset:
             self._restart(identity)
+        if self.offset == 0 and stat.st_size > self._head_bytes + self._tail_bytes:
+            head = handle.read(self._head_bytes)
+            handle.seek(stat.st_size - self._tail_bytes)
+            tail = handle.read(self._tail_bytes)
+            self.offset = stat.st_size
+            # Whole lines on both sides of the gap.
+            return head[:head.rfind(b"\n") + 1] + tail[tail.find(b"\n") + 1:]
         handle.seek(self.offset)
-        return handle.read()
+        data = handle.read()
+        self.offset += len(data)
+        return data
 
     def _restart(self, identity):
         self._identity = identity

@@ -502,3 +502,17 @@ class TestLogFollower:
         with open(log_path, "ab") as handle:
             handle.write(b"\nnext\r\n")
         assert follower.read_new() == ["bar 2/4", "next"]
+
+
+def test_follower_reads_head_and_tail_of_a_log_that_is_already_large(tmp_path):
+    """A server running for weeks: its startup lines and its latest lines, whole, not everything between."""
+    log = tmp_path / "big.log"
+    lines = [f"[2026-11-29 10:00:00] line {index:04d}" for index in range(1000)]
+    log.write_text("\n".join(lines) + "\n")
+    follower = LogFollower(str(log), head_bytes=200, tail_bytes=200)
+    read = follower.read_new()
+    assert read[0] == lines[0] and read[-1] == lines[-1]
+    assert len(read) < 20 and all(line in lines for line in read)
+    with log.open("a") as handle:
+        handle.write("[2026-11-29 10:00:01] appended\n")
+    assert follower.read_new() == ["[2026-11-29 10:00:01] appended"]
