@@ -12,6 +12,8 @@ import os
 import re
 
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+# Server names are marker values and file names: letters, digits, ".", "_" and "-", not starting with a symbol.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # The state_dir of the deployment that launched the process: two deployments on one host (each with its own
 # state_dir) may both have a server called gpu0, and must not see each other's processes as theirs.
 DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"

@@ -46,7 +46,6 @@ LOG_GENERATIONS = 5
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
 SIGKILL_GRACE_SECONDS = 10
 _POLL_SECONDS = 0.25
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ServerControlError(Exception):
@@ -98,11 +97,11 @@ def validate_request(servers, state, numbers, ignore_gpu_holders=()):
     for position, server in enumerate(servers):
         where = f"servers[{position}]"
         name = server.get("name")
-        if not _SERVER_NAME.match(name or ""):
+        if not procfs.SERVER_NAME.match(name or ""):
             problems.append(f"{where}.name {name!r} is invalid: use letters, digits, '.', '_' and '-' "
                             "(it names files and the marker value)")
         duplicate = name in seen_names
-        if duplicate and _SERVER_NAME.match(name or ""):
+        if duplicate and procfs.SERVER_NAME.match(name or ""):
             problems.append(f"duplicate server name {name!r} (servers[{seen_names[name]}] and {where})")
         seen_names.setdefault(name, position)
         where = f"{where} ({name})"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import MARKER_VAR
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
     resolve_nccl,
     validate_nccl_env,
 )
 
-MARKER_VAR = "GPUOPS_SGLANG_SERVER"
 DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
 
 # SGLang renamed --mamba-scheduler-strategy in this release.

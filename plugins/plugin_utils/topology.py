@@ -6,10 +6,8 @@ Runs on the controller so that a bad topology fails before any host is touched.
 
 from __future__ import annotations
 
-import re
-
-# Names end up in file names, the ownership marker and log lines.
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Names end up in file names, the ownership marker and log lines: one rule for controller and host.
+from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import SERVER_NAME
 
 
 class TopologyError(ValueError):
@@ -66,7 +64,7 @@ def _normalize(server, position, problems):
         problems.append(f"{label}: missing {', '.join(missing)}")
         return None
     name = str(server["name"])
-    if not _NAME_RE.match(name):
+    if not SERVER_NAME.match(name):
         problems.append(f"{label}: name {name!r} may only contain letters, digits, '.', '_' and '-'")
     result["name"] = name
     try:
