@@ -19,8 +19,9 @@ SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 PROC_ROOT = "/proc"
 
+# exit_status: shell style (128+signal when killed) for a dead but unreaped process (a zombie), else None.
 ProcessInfo = collections.namedtuple(
-    "ProcessInfo", ["pid", "ppid", "pgid", "sid", "state", "starttime", "cmdline", "argv"]
+    "ProcessInfo", ["pid", "ppid", "pgid", "sid", "state", "starttime", "cmdline", "argv", "exit_status"]
 )
 
 _TCP_LISTEN = "0A"
@@ -44,6 +45,16 @@ def _pid_dirs(proc_root):
     return sorted(int(name) for name in names if name.isdigit())
 
 
+def _exit_status(fields):
+    # Field 52 of /proc/<pid>/stat (Linux >= 3.5) holds the wait status while the process is a zombie.
+    if len(fields) < 50 or fields[0] != "Z":
+        return None
+    wait_status = int(fields[49])
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.WEXITSTATUS(wait_status)
+
+
 def read_process(pid, proc_root=PROC_ROOT):
     """Return a ProcessInfo for ``pid``, or None when it does not exist (or vanished meanwhile)."""
     stat = _read_bytes(os.path.join(proc_root, str(pid), "stat"))
@@ -60,6 +71,7 @@ def read_process(pid, proc_root=PROC_ROOT):
     raw_cmdline = _read_bytes(os.path.join(proc_root, str(pid), "cmdline")) or b""
     argv = [arg.decode("utf-8", "replace") for arg in raw_cmdline.split(b"\0") if arg]
     return ProcessInfo(
+        exit_status=_exit_status(fields),
         pid=int(pid),
         ppid=int(fields[1]),
         pgid=int(fields[2]),

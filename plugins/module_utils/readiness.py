@@ -186,25 +186,6 @@ class HealthProbe:
         self._answer = answer
 
 
-def zombie_exit_status(pid):
-    """Exit status (shell style: 128+signal when killed) of a dead but unreaped process, else None.
-
-    Field 52 of /proc/<pid>/stat (Linux >= 3.5) holds the wait status while the process is a zombie.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    if len(fields) < 50 or fields[0] != "Z":
-        return None
-    wait_status = int(fields[49])
-    if os.WIFSIGNALED(wait_status):
-        return 128 + os.WTERMSIG(wait_status)
-    return os.WEXITSTATUS(wait_status)
-
-
 def kill_server(name, state_dir, pid=None, pgid=None):
     """SIGKILL a server's process group and every process carrying its marker; return the pids hit.
 
@@ -288,7 +269,8 @@ class ServerTracker:
             self.probe.start(now)
         if self.pid and not procfs.pid_alive(self.pid, self._starttime):
             self.log.read()  # its last words
-            return self.decide("crashed", now, exit_status=zombie_exit_status(self.pid))
+            info = procfs.read_process(self.pid)
+            return self.decide("crashed", now, exit_status=info.exit_status if info else None)
         if self.log.state.phase == "crashed":
             self._crash_seen = self._crash_seen or now
             if snapshot or now - self._crash_seen >= CRASH_GRACE_SECONDS:

@@ -581,12 +581,8 @@ class ServerControl:
         self.timings["lock_wait_s"] = round(lock_wait, 3)
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
-        unknown = [(spec["name"], gpu) for spec in self.params["servers"] for gpu in spec.get("gpus") or []
-                   if gpu not in present]
-        if unknown:
-            listed = ", ".join(str(index) for index in sorted(present)) or "none"
-            raise ServerControlError(f"GPU index not present on this host (nvidia-smi lists {listed}): "
-                                     + ", ".join(f"{gpu} of server {name!r}" for name, gpu in unknown))
+        _require_present(present, [(gpu, f"{gpu} of server {spec['name']!r}")
+                                   for spec in self.params["servers"] for gpu in spec.get("gpus") or []])
         plans = [self._plan(spec) for spec in self.params["servers"]]
         for plan in plans:
             plan.gpu_memory_before = _gpu_keyed({
@@ -614,18 +610,22 @@ class ServerControl:
         }
 
 
+def _require_present(present, requested):
+    """Fail naming every requested GPU index that nvidia-smi does not list; ``requested``: [(index, label)]."""
+    unknown = [label for gpu, label in requested if gpu not in present]
+    if unknown:
+        listed = ", ".join(str(index) for index in sorted(present)) or "none"
+        raise ServerControlError(f"GPU index not present on this host (nvidia-smi lists {listed}): "
+                                 + ", ".join(unknown))
+
+
 def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, driver_dir=DRIVER_GPUS_DIR):
     """GPUs with their memory and the processes holding them, found through /proc (not NVML)."""
     try:
         listed = query_gpus(run, nvidia_smi)
     except NvidiaSmiError as exc:
         raise ServerControlError(str(exc))
-    present = [gpu["index"] for gpu in listed]
-    unknown = [gpu for gpu in gpus or [] if gpu not in present]
-    if unknown:
-        listed = ", ".join(str(index) for index in present) or "none"
-        raise ServerControlError(f"GPU index {', '.join(str(gpu) for gpu in unknown)} not present on this host "
-                                 f"(nvidia-smi lists {listed})")
+    _require_present([gpu["index"] for gpu in listed], [(gpu, str(gpu)) for gpu in gpus or []])
     selected = [gpu for gpu in listed if not gpus or gpu["index"] in gpus]
     minors = device_minors(selected, driver_dir)
     holders = procfs.gpu_holders(device_dir, minors)

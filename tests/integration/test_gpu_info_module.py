@@ -31,7 +31,7 @@ def test_selected_gpus_and_unknown_index(ansible, fake_gpus):
     assert [gpu["index"] for gpu in result["gpus"]] == [2, 5]
     result = ansible.module(MODULE, gpu_args(fake_gpus, gpus=[2, 9]))
     assert result["failed"]
-    assert result["msg"] == "GPU index 9 not present on this host (nvidia-smi lists 0, 1, 2, 3, 4, 5, 6, 7)"
+    assert result["msg"] == "GPU index not present on this host (nvidia-smi lists 0, 1, 2, 3, 4, 5, 6, 7): 9"
 
 
 def test_driver_mismatch_fails_clearly(ansible, fake_gpus):

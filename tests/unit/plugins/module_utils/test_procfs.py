@@ -141,3 +141,18 @@ def test_describe(child):
     process, _port = child
     assert procfs.describe(process.pid) == {
         "pid": process.pid, "cmdline": procfs.read_process(process.pid).cmdline, "server": "unit-a"}
+
+
+@pytest.mark.parametrize("code, expected", [("raise SystemExit(3)", 3),
+                                            ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137)])
+def test_exit_status_of_an_unreaped_process(code, expected):
+    process = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while (procfs.read_process(process.pid).state != "Z") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        info = procfs.read_process(process.pid)
+        assert (info.state, info.exit_status) == ("Z", expected)
+    finally:
+        process.wait()
+    assert procfs.read_process(process.pid) is None
