@@ -28,7 +28,7 @@ options:
     type: str
   probe_timeout:
     description:
-      - Seconds one HTTP request may take. Must exceed SGLang's own 20 s health check timeout
+      - Seconds one HTTP request may take (1-600). Must exceed SGLang's own 20 s health check timeout
         (C(SGLANG_HEALTH_CHECK_TIMEOUT)), or a busy but healthy server looks unreachable.
     type: float
     default: 30
@@ -53,6 +53,12 @@ options:
         processes are found through C(/proc) instead.
     type: str
     default: nvidia-smi
+  nvidia_smi_timeout:
+    description:
+      - Seconds one C(nvidia-smi) call may take (1-600). A hung driver makes it hang; the task then fails naming
+        the command, and nothing is killed after a failed GPU query.
+    type: float
+    default: 30
   gpu_device_dir:
     description:
       - Directory of the GPU device nodes C(nvidia<M>). A process holds a GPU when one of its file descriptors

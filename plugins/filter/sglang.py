@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side Jinja filters: server topology, launch script contents, NCCL validation, reports."""
+"""Controller-side Jinja filters: option checks, server topology, launch script contents, NCCL validation, reports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import (
     launch_script,
     nccl,
     report,
+    role_options,
     topology,
 )
 
@@ -49,6 +50,7 @@ def only_keys(dicts, keys):
 class FilterModule:
     def filters(self):
         return {
+            "option_errors": role_options.option_problems,
             "topology": _user_errors(sglang_topology),
             "launch_argv": _user_errors(launch_script.launch_argv),
             "launch_env": _user_errors(launch_script.launch_env),
@@ -60,5 +62,6 @@ class FilterModule:
             "relaunch_failures": report.relaunch_failures,
             "expectation_failures": _user_errors(report.expectation_failures),
             "fleet_status": report.fleet_status,
+            "fleet_problems": report.fleet_problems,
             "stop_summary": report.stop_summary,
         }

@@ -10,6 +10,8 @@ import socket
 import urllib.error
 import urllib.request
 
+from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
+
 # Options of every module that probes servers over HTTP (doc fragment gpuops.sglang.common.http).
 HTTP_ARGUMENT_SPEC = {
     "host": {"type": "str", "default": "127.0.0.1"},
@@ -17,6 +19,10 @@ HTTP_ARGUMENT_SPEC = {
     "api_key": {"type": "str", "no_log": True},
     "probe_timeout": {"type": "float", "default": 30},
 }
+HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
+
+_JSON_TYPE_NAMES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
+                    type(None): "null"}
 
 # Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -48,14 +54,17 @@ def http_get(url, timeout, api_key=None):
 
 
 def get_json(url, timeout, api_key=None):
-    """GET a JSON document: ``(document or None, error or None)``."""
+    """GET a JSON object: ``(dict or None, error or None)``; any other JSON value is an error."""
     status, body, error = http_get(url, timeout, api_key=api_key)
     if status != 200:
         return None, error or f"HTTP {status}"
     try:
-        return json.loads(body), None
-    except ValueError as exc:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested deeper than the stack
         return None, f"invalid JSON from {url}: {exc}"
+    if not isinstance(document, dict):
+        return None, f"expected a JSON object from {url}, got {_JSON_TYPE_NAMES[type(document)]}"
+    return document, None
 
 
 def _decode(raw):

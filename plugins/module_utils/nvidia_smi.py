@@ -2,13 +2,23 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Running ``nvidia-smi --query-*`` and parsing its CSV output.
 
-``run`` is any callable ``run(argv) -> (rc, stdout, stderr)``, e.g. ``AnsibleModule.run_command``.
+``run`` is any callable ``run(argv) -> (rc, stdout, stderr)``. Use ``bounded_runner(timeout)``: a hung driver
+makes nvidia-smi block for ever, and ``AnsibleModule.run_command`` has no timeout.
 """
 
 import collections
 import os
 import re
+import shlex
 import shutil
+import signal
+import subprocess
+
+# Seconds nvidia-smi gets to answer (default of the modules' nvidia_smi_timeout option).
+DEFAULT_NVIDIA_SMI_TIMEOUT = 30
+# After SIGKILL, how long to wait for the process to be reaped: one stuck in the driver (state D) dies
+# only when the driver lets go, and must not keep the module waiting.
+_REAP_SECONDS = 2
 
 Field = collections.namedtuple("Field", ["query", "key", "convert"])
 
@@ -22,6 +32,16 @@ def _mib(value):
     return int(value.split()[0])
 
 
+# "00000000:00:06.0": a GPU line cut short inside its last column no longer has this shape.
+_PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+
+
+def _pci_bus_id(value):
+    if not _PCI_BUS_ID.match(value):
+        raise ValueError(value)
+    return value
+
+
 GPU_FIELDS = (
     Field("index", "index", int),
     Field("uuid", "uuid", str),
@@ -29,7 +49,7 @@ GPU_FIELDS = (
     Field("memory.used", "memory_used_mib", _mib),
     Field("memory.total", "memory_total_mib", _mib),
     Field("memory.free", "memory_free_mib", _mib),
-    Field("pci.bus_id", "pci_bus_id", str),
+    Field("pci.bus_id", "pci_bus_id", _pci_bus_id),
 )
 
 COMPUTE_APP_FIELDS = (
@@ -84,6 +104,43 @@ def parse_csv(text, fields):
     return rows
 
 
+def bounded_runner(timeout=DEFAULT_NVIDIA_SMI_TIMEOUT):
+    """A ``run(argv) -> (rc, stdout, stderr)`` that gives the command ``timeout`` seconds.
+
+    The command runs in its own session; when it does not answer in time its whole process group is
+    SIGKILLed and NvidiaSmiError says which command hung.
+    """
+    def run(argv):
+        command = shlex.join(argv)
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise NvidiaSmiError(f"cannot run {command}: {exc}")
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise NvidiaSmiError(
+                f"{command} did not answer within {timeout:g} s (nvidia_smi_timeout); the driver may be hung: "
+                "check `nvidia-smi` on the host")
+        return process.returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
+    return run
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass  # already gone
+    try:
+        process.wait(timeout=_REAP_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass  # stuck in the driver; the kernel reaps it once the driver lets go
+    for pipe in (process.stdout, process.stderr):
+        pipe.close()
+
+
 def resolve_binary(nvidia_smi):
     """Absolute path of the nvidia-smi executable, or NvidiaSmiError naming what was looked for."""
     if os.sep in nvidia_smi:
@@ -110,17 +167,26 @@ def _query(run, nvidia_smi, query_option, fields, extra_args=()):
             if needle in output:
                 failure += f". Cause: {explanation}"
         raise NvidiaSmiError(failure)
+    # nvidia-smi ends every line with a newline: output without one was cut short.
+    if stdout and not stdout.endswith("\n"):
+        raise NvidiaSmiError(f"{' '.join(argv)} printed truncated output (no final newline): {stdout[-200:]!r}")
     return parse_csv(stdout, fields)
 
 
 def query_gpus(run, nvidia_smi="nvidia-smi", ids=None):
     """One dict per GPU: index, uuid, name, memory_used_mib, memory_total_mib, memory_free_mib."""
     extra = ["--id=" + ",".join(str(gpu) for gpu in ids)] if ids else []
-    return _query(run, nvidia_smi, "--query-gpu", GPU_FIELDS, extra)
+    gpus = _query(run, nvidia_smi, "--query-gpu", GPU_FIELDS, extra)
+    # A host without GPUs makes nvidia-smi fail ("No devices were found"), so no line at all is not "0 GPUs".
+    if not gpus or (ids and len(gpus) != len(ids)):
+        wanted = f"{len(ids)} lines (--id={','.join(str(gpu) for gpu in ids)})" if ids else "one line per GPU"
+        raise NvidiaSmiError(f"nvidia-smi --query-gpu printed {len(gpus)} GPU lines, expected {wanted}; "
+                             "its output was empty or cut short")
+    return gpus
 
 
 DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
-_DEVICE_MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
+_DEVICE_MINOR = re.compile(r"^Device Minor:[ \t]*(\d+)", re.MULTILINE | re.ASCII)
 
 
 def device_minors(gpus, driver_dir=DRIVER_GPUS_DIR):
@@ -136,9 +202,9 @@ def device_minors(gpus, driver_dir=DRIVER_GPUS_DIR):
         domain, _sep, rest = (gpu.get("pci_bus_id") or "").partition(":")
         if not rest:
             continue
-        # nvidia-smi prints an 8-digit domain ("00000000:00:06.0"), the driver's directory a 4-digit one.
-        location = f"{int(domain, 16):04x}:{rest.lower()}"
         try:
+            # nvidia-smi prints an 8-digit domain ("00000000:00:06.0"), the driver's directory a 4-digit one.
+            location = f"{int(domain, 16):04x}:{rest.lower()}"
             with open(os.path.join(driver_dir, location, "information")) as handle:
                 match = _DEVICE_MINOR.search(handle.read())
         except (OSError, ValueError):

@@ -11,13 +11,20 @@ import collections
 import os
 import re
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_argv
+
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
 # Server names are marker values and file names: letters, digits, ".", "_" and "-", not starting with a symbol.
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # The state_dir of the deployment that launched the process: two deployments on one host (each with its own
 # state_dir) may both have a server called gpu0, and must not see each other's processes as theirs.
 DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 PROC_ROOT = "/proc"
+
+
+def valid_server_name(name):
+    """Matched whole: ``re.match`` with ``$`` would also take a name with a trailing newline."""
+    return isinstance(name, str) and SERVER_NAME.fullmatch(name) is not None
 
 # exit_status: shell style (128+signal when killed) for a dead but unreaped process (a zombie), else None.
 ProcessInfo = collections.namedtuple(
@@ -25,8 +32,8 @@ ProcessInfo = collections.namedtuple(
 )
 
 _TCP_LISTEN = "0A"
-_SOCKET_LINK = re.compile(r"^socket:\[(\d+)\]$")
-_GPU_DEVICE_NAME = re.compile(r"^nvidia(\d+)$")
+_SOCKET_LINK = re.compile(r"^socket:\[(\d+)\]$", re.ASCII)
+_GPU_DEVICE_NAME = re.compile(r"^nvidia(\d+)$", re.ASCII)
 
 
 def _read_bytes(path):
@@ -42,7 +49,7 @@ def _pid_dirs(proc_root):
         names = os.listdir(proc_root)
     except OSError:
         return []
-    return sorted(int(name) for name in names if name.isdigit())
+    return sorted(int(name) for name in names if name.isascii() and name.isdigit())
 
 
 def _exit_status(fields):
@@ -56,31 +63,30 @@ def _exit_status(fields):
 
 
 def read_process(pid, proc_root=PROC_ROOT):
-    """Return a ProcessInfo for ``pid``, or None when it does not exist (or vanished meanwhile)."""
+    """Return a ProcessInfo for ``pid``, or None when it does not exist (or vanished meanwhile).
+
+    A stat file that does not have the shape proc(5) describes counts as no such process.
+    """
     stat = _read_bytes(os.path.join(proc_root, str(pid), "stat"))
     if not stat:
         return None
     text = stat.decode("utf-8", "replace")
     # comm (field 2) is in parentheses and may itself contain spaces and ')': split at the last one.
     open_paren, close_paren = text.find("("), text.rfind(")")
-    if open_paren < 0 or close_paren < 0:
+    if open_paren < 0 or close_paren < open_paren:
         return None
     comm = text[open_paren + 1:close_paren]
     fields = text[close_paren + 2:].split()
     # fields[0] is field 3 (state) of proc(5); starttime is field 22.
+    try:
+        numbers = {"pid": int(pid), "ppid": int(fields[1]), "pgid": int(fields[2]), "sid": int(fields[3]),
+                   "starttime": int(fields[19]), "exit_status": _exit_status(fields)}
+    except (IndexError, ValueError):
+        return None
     raw_cmdline = _read_bytes(os.path.join(proc_root, str(pid), "cmdline")) or b""
-    argv = [arg.decode("utf-8", "replace") for arg in raw_cmdline.split(b"\0") if arg]
-    return ProcessInfo(
-        exit_status=_exit_status(fields),
-        pid=int(pid),
-        ppid=int(fields[1]),
-        pgid=int(fields[2]),
-        sid=int(fields[3]),
-        state=fields[0],
-        starttime=int(fields[19]),
-        cmdline=" ".join(argv) if argv else f"[{comm}]",
-        argv=argv,
-    )
+    # API keys are scrubbed here, at the source: every message and result shows command lines from here.
+    argv = scrub_argv([arg.decode("utf-8", "replace") for arg in raw_cmdline.split(b"\0") if arg])
+    return ProcessInfo(state=fields[0], cmdline=" ".join(argv) if argv else f"[{comm}]", argv=argv, **numbers)
 
 
 def read_environ(pid, proc_root=PROC_ROOT):
@@ -94,7 +100,8 @@ def read_environ(pid, proc_root=PROC_ROOT):
     return environ
 
 
-def _pid_namespace(pid, proc_root):
+def pid_namespace(pid, proc_root=PROC_ROOT):
+    """The PID namespace of ``pid`` (``"self"`` for ours), or None when unreadable."""
     try:
         return os.readlink(os.path.join(proc_root, str(pid), "ns", "pid"))
     except OSError:
@@ -107,35 +114,14 @@ def marker_of(pid, proc_root=PROC_ROOT):
     A process in another PID namespace (a container seen from its host) belongs to that container's
     deployment even when it carries a marker with the same name, so it counts as foreign here.
     """
-    if _pid_namespace(pid, proc_root) != _pid_namespace("self", proc_root):
+    if pid_namespace(pid, proc_root) != pid_namespace("self", proc_root):
         return None
     return read_environ(pid, proc_root).get(MARKER_VAR) or None
-
-
-def other_deployment(pid, state_dir, proc_root=PROC_ROOT):
-    """The state_dir ``pid`` was launched for when that is not ``state_dir``; None when it is ours or unknown."""
-    deployment = read_environ(pid, proc_root).get(DEPLOYMENT_VAR)
-    if deployment and state_dir and os.path.realpath(deployment) != os.path.realpath(state_dir):
-        return deployment
-    return None
 
 
 def list_processes(proc_root=PROC_ROOT):
     processes = (read_process(pid, proc_root) for pid in _pid_dirs(proc_root))
     return [info for info in processes if info is not None]
-
-
-def find_marked(name=None, proc_root=PROC_ROOT, state_dir=None):
-    """Live processes carrying our marker (of the deployment of ``state_dir``, when given); only those of
-    server ``name`` unless it is None."""
-    found = []
-    for info in list_processes(proc_root):
-        if info.state in ("Z", "X"):
-            continue
-        marker = marker_of(info.pid, proc_root)
-        if marker and (name is None or marker == name) and not other_deployment(info.pid, state_dir, proc_root):
-            found.append(info)
-    return found
 
 
 def group_members(pgid, proc_root=PROC_ROOT):
@@ -201,9 +187,12 @@ def _listening_inodes(port, proc_root):
             columns = line.split()
             if len(columns) < 10 or columns[3] != _TCP_LISTEN:
                 continue
-            local_port = int(columns[1].rsplit(":", 1)[1], 16)
-            if local_port == int(port):
-                inodes.add(columns[9])
+            _address, _sep, local_port = columns[1].rpartition(":")
+            try:
+                if int(local_port, 16) == int(port):
+                    inodes.add(columns[9])
+            except ValueError:  # not a line of the kernel's format
+                continue
     inodes.discard("0")
     return inodes
 

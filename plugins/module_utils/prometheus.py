@@ -5,12 +5,14 @@
 import re
 
 # name{label="value",...} value [timestamp]; a quoted label value may hold "}", "," and escapes.
+# Every repetition below has exactly one way to match a character, so matching stays linear.
+_LABEL_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:\{(?P<labels>(?:[^\"}]|\"(?:[^\"\\]|\\.)*\")*)\})?"
-    r"\s+(?P<value>\S+)(?:\s+(?P<timestamp>-?\d+))?\s*$"
+    r"(?:\{[ \t]*(?P<labels>" + _LABEL_PAIR + r"(?:[ \t]*,[ \t]*" + _LABEL_PAIR + r")*)?(?:[ \t]*,)?[ \t]*\})?"
+    r"[ \t]+(?P<value>[^ \t]+)(?:[ \t]+(?P<timestamp>-?[0-9]+))?[ \t]*$"
 )
-_LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*\"((?:[^\"\\]|\\.)*)\"\s*,?")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
 
 # Gauges reported by sglang_gauges(). Counts add up over data-parallel ranks; ratios are given for
@@ -30,7 +32,8 @@ def parse_metrics(text):
 
     Histogram and summary series keep their sample names (``*_bucket``, ``*_sum``, ``*_count``);
     ``+Inf``, ``-Inf`` and ``NaN`` become floats; a sample timestamp (ms) is kept as ``timestamp``.
-    HELP/TYPE/comment lines and lines that are not samples are skipped.
+    HELP/TYPE/comment lines, lines that are not samples (malformed labels, a value that is not a number,
+    a line cut short) are skipped.
     """
     metrics = {}
     for line in text.splitlines():
@@ -42,12 +45,13 @@ def parse_metrics(text):
             continue
         try:
             value = float(sample.group("value"))
-        except ValueError:
+            timestamp = None if sample.group("timestamp") is None else int(sample.group("timestamp"))
+        except ValueError:  # not a number, or more digits than int() accepts
             continue
         labels = {name: _unescape(raw) for name, raw in _LABEL.findall(sample.group("labels") or "")}
         entry = {"labels": labels, "value": value}
-        if sample.group("timestamp"):
-            entry["timestamp"] = int(sample.group("timestamp"))
+        if timestamp is not None:
+            entry["timestamp"] = timestamp
         metrics.setdefault(sample.group("name"), []).append(entry)
     return metrics
 
@@ -59,7 +63,10 @@ def _per_dp_rank(samples):
     for sample in samples:
         labels = sample["labels"]
         dp_rank = labels.get("dp_rank", "0")
-        tp_rank = int(labels.get("tp_rank", "0") or 0)
+        try:
+            tp_rank = int(labels.get("tp_rank") or 0)
+        except ValueError:  # tp_rank="x": not a sample SGLang wrote
+            continue
         if dp_rank not in chosen or tp_rank < chosen[dp_rank][0]:
             chosen[dp_rank] = (tp_rank, sample["value"])
     return [value for _tp_rank, value in chosen.values()]
@@ -75,5 +82,8 @@ def sglang_gauges(text):
             gauges[name] = None
             continue
         values = _per_dp_rank(samples)
-        gauges[name] = sum(values) if name in SUMMED_GAUGES else max(values)
+        if not values:
+            gauges[name] = None
+        else:
+            gauges[name] = sum(values) if name in SUMMED_GAUGES else max(values)
     return gauges

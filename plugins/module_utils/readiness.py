@@ -13,17 +13,25 @@ to be serialised: startup logs are small (the server module rotates them at ever
 from __future__ import annotations
 
 import collections
-import os
 import re
-import signal
 import threading
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    option_ranges,
+    procfs,
+    run_lock,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     HTTP_ARGUMENT_SPEC,
+    HTTP_RANGES,
     get_json,
     http_get,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
+    recorded_starttime,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     DEFAULT_STATE_DIR,
@@ -67,21 +75,20 @@ WAIT_ARGUMENT_SPEC = {
     "kill_stalled": {"type": "bool", "default": False},
     "progress_interval": {"type": "float", "default": 10},
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+    "run_id": {"type": "str"},
 }
+WAIT_RANGES = dict(
+    HTTP_RANGES,
+    timeout=option_ranges.seconds(1, 7 * 86400),
+    stall_timeout=option_ranges.seconds(1, 86400, off=0),
+    progress_interval=option_ranges.seconds(1, 600),
+)
 
 _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 # Health checks (ours or anybody's) are not progress: a hung server still answers them with 503.
 _HEALTH_NOISE = re.compile(
     r'"GET /(?:health|health_generate|get_server_info|server_info|metrics)[ ?"]|Health check (?:failed|request)')
 _NOT_A_PHASE_REACHED = ("crashed", "stopping")
-# SGLang logs its server_args, API keys included ("api_key='...'" classic, "'api_key': '...'" new).
-_API_KEY_VALUE = re.compile(r"""(api_key['"]?\s*[=:]\s*['"]?)(?!None\b)[^'",)}\s]+""")
-
-
-def redact(line):
-    return _API_KEY_VALUE.sub(r"\1********", line) if "api_key" in line else line
-
-
 def line_epoch(line):
     """Epoch seconds of a timestamped SGLang log line (local time, as SGLang writes it), else None."""
     match = _LINE_TIMESTAMP.match(line)
@@ -104,8 +111,9 @@ class RunLog:
     discards everything read so far, and untimestamped lines right after it (an old traceback) too.
     """
 
-    def __init__(self, path, launched_at=None):
+    def __init__(self, path, launched_at=None, secrets=()):
         self._follower = LogFollower(path) if path else None
+        self._secrets = secrets
         self._launched_at = launched_at
         self._skipping_old_run = False
         self._start()
@@ -119,7 +127,8 @@ class RunLog:
     def read(self):
         if self._follower is None:
             return
-        for line in map(redact, self._follower.read_new()):
+        # SGLang logs its server_args, API keys included.
+        for line in (scrub_text(line, self._secrets) for line in self._follower.read_new()):
             stamp = line_epoch(line)
             if self._launched_at and stamp is not None and stamp < self._launched_at - LAUNCH_CLOCK_SLACK_SECONDS:
                 self._start()
@@ -136,11 +145,11 @@ class RunLog:
                     self.last_activity_line = line
 
     def phase_reached(self):
-        """The last startup phase reached (what a crash interrupted), not 'crashed' itself."""
+        """``(phase, component)`` of the last startup step reached (what a crash interrupted), not 'crashed'."""
         for entry in reversed(self.state.timeline or []):
             if entry.get("phase") not in _NOT_A_PHASE_REACHED:
-                return entry["phase"]
-        return self.state.phase if self.state.phase not in _NOT_A_PHASE_REACHED else "launching"
+                return entry["phase"], entry.get("component") or "target"
+        return (self.state.phase if self.state.phase not in _NOT_A_PHASE_REACHED else "launching"), "target"
 
 
 class HealthProbe:
@@ -186,33 +195,6 @@ class HealthProbe:
         self._answer = answer
 
 
-def kill_server(name, state_dir, pid=None, pgid=None):
-    """SIGKILL a server's process group and every process carrying its marker; return the pids hit.
-
-    A server stalled during startup has no requests to drain, so there is no SIGTERM grace. The
-    group is only signalled when it is the server's own (recorded, or led by the server pid), never
-    the group of whoever started it without setsid, and never ours.
-    """
-    if pgid is None and pid:
-        info = procfs.read_process(pid)
-        if info is not None and info.pgid == pid:
-            pgid = pid
-    victims = {info.pid for info in procfs.find_marked(name, state_dir=state_dir)}
-    if pgid and pgid != os.getpgid(0):
-        victims.update(info.pid for info in procfs.group_members(pgid))
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-    victims.discard(os.getpid())
-    for victim in victims:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except OSError:
-            pass
-    return sorted(victims)
-
-
 class ServerTracker:
     """Decides one server's fate: ready, crashed, stalled, timeout (or 'starting' in a snapshot)."""
 
@@ -224,8 +206,10 @@ class ServerTracker:
         self.log_path = spec.get("log_path") or state.get("log_path")
         self.pid = spec.get("pid") or state.get("pid")
         same_process = self.pid == state.get("pid")
-        self._starttime = state.get("pid_starttime") if same_process else None
-        self._pgid = state.get("pgid") if same_process else None
+        self._recorded = state if same_process else None
+        # Launched by this run (pid from the server module) but recorded with another pid since.
+        self.replaced_by = state if state.get("pid") and not same_process else None
+        self._starttime = recorded_starttime(state) if same_process else None
         self.launched_at = state.get("launched_at") if same_process else None
         if not self.port:
             recorded_in = state_path(options["state_dir"], self.name)
@@ -236,8 +220,10 @@ class ServerTracker:
         self._last_activity = carried.get("last_activity", now)
         self._crash_seen = carried.get("crash_seen")
         self._health = carried.get("health")
+        self._stall_probe_since = carried.get("stall_probe_since")
         self._probed_this_slice = False
-        self.log = RunLog(self.log_path, self.launched_at)
+        self._answer_started = None
+        self.log = RunLog(self.log_path, self.launched_at, [options["api_key"]] if options["api_key"] else [])
         self.probe = HealthProbe(f"http://{options['host']}:{self.port}", options["health_path"],
                                  options["api_key"], options["probe_timeout"])
 
@@ -248,16 +234,25 @@ class ServerTracker:
 
     def carry(self):
         return {"result": self.result, "lines_seen": self._lines_seen, "last_activity": self._last_activity,
-                "crash_seen": self._crash_seen, "health": self._health}
+                "crash_seen": self._crash_seen, "health": self._health, "stall_probe_since": self._stall_probe_since}
+
+    def alive(self):
+        """The server's main process runs. A recorded pid counts only with its recorded start time."""
+        if self._recorded is not None:
+            return self._starttime is not None and procfs.pid_alive(self.pid, self._starttime)
+        return procfs.pid_alive(self.pid)
 
     def poll(self, now, may_probe, snapshot=False):
         """Look at log, health and process once; decide when the facts allow it."""
+        if self.replaced_by is not None:
+            return self.decide("replaced", now)
         self.log.read()
         if self.log.activity_lines != self._lines_seen:
             self._lines_seen = self.log.activity_lines
             self._last_activity = now
         answer = self.probe.take_answer()
         if answer is not None:
+            self._answer_started = self.probe.started_at
             self._probed_this_slice = True
             self._health = {"status": answer["status"], "error": answer["error"]}
             if answer["status"] == 200:
@@ -267,7 +262,7 @@ class ServerTracker:
             may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
         if not self.probe.busy and probe_due:
             self.probe.start(now)
-        if self.pid and not procfs.pid_alive(self.pid, self._starttime):
+        if self.pid and not self.alive():
             self.log.read()  # its last words
             info = procfs.read_process(self.pid)
             return self.decide("crashed", now, exit_status=info.exit_status if info else None)
@@ -276,8 +271,16 @@ class ServerTracker:
             if snapshot or now - self._crash_seen >= CRASH_GRACE_SECONDS:
                 return self.decide("crashed", now)
         stall_timeout = self._options["stall_timeout"]
-        if not snapshot and stall_timeout and now - self._last_activity >= stall_timeout:
+        if snapshot or not stall_timeout or now - self._last_activity < stall_timeout:
+            self._stall_probe_since = None
+            return None
+        # A silent log is not enough: a server that serves is never stalled (nor killed). Decide only on a
+        # health answer to a probe sent after the silence was noticed.
+        self._stall_probe_since = self._stall_probe_since or now
+        if answer is not None and self._answer_started >= self._stall_probe_since:
             return self.decide("stalled", now)
+        if not self.probe.busy:
+            self.probe.start(now)
         return None
 
     def decide(self, status, now, server_info=None, server_info_error=None, exit_status=None):
@@ -308,9 +311,9 @@ class ServerTracker:
                 report["timeline"].append({"phase": "ready", "timestamp": local_timestamp(now),
                                            "line": f"health {self._options['health_path']} answered 200"})
         elif status in ("crashed", "stalled"):
-            report["phase"] = self.log.phase_reached()
+            report["phase"], report["component"] = self.log.phase_reached()
         if status == "stalled" and self._options["kill_stalled"]:
-            report["killed_pids"] = kill_server(self.name, self._options["state_dir"], self.pid, self._pgid)
+            report["killed_pids"] = ServerProcesses(self._options["state_dir"]).kill_now(self.name, self._recorded)
         report["msg"] = self.explain(report, now)
         self.result = report
         return report
@@ -325,13 +328,34 @@ class ServerTracker:
             "log_path": self.log_path,
             "status": self.result["status"] if self.result else "waiting",
             "phase": log.phase,
+            "component": log.component,
             "progress": log.progress,
             "last_log_line": log.last_line,
             "health": self._health,
+            "silent_s": round(time.time() - self._last_activity, 1),
         }
+
+    def confirm_ready(self, now, answer):
+        """Ready earlier in the wait must still hold at its end: the process lives and health answers."""
+        ready_after = self.result["seconds_to_ready"]
+        if self.pid and not self.alive():
+            info = procfs.read_process(self.pid)
+            self.decide("crashed", now, exit_status=info.exit_status if info else None)
+        elif answer is not None and answer["status"] is None:
+            self.decide("crashed", now)
+            self.result["msg"] += f"; it no longer answers {self._options['health_path']}: {answer['error']}"
+        else:
+            return
+        self.result["msg"] += f" (it was ready after {ready_after} s, but not at the end of the wait)"
 
     def explain(self, report, now):
         name, status, phase = self.name, report["status"], report["phase"]
+        if report.get("component") == "draft":
+            phase += " (draft model)"
+        if status == "replaced":
+            recorded = self.replaced_by
+            return (f"{name} replaced by another run: it now runs as pid {recorded.get('pid')} (run "
+                    f"{recorded.get('run_id') or 'unknown'}), not as pid {self.pid} launched by this run")
         if status == "ready":
             return f"{name} ready after {report['seconds_to_ready']} s"
         if status == "crashed":
@@ -340,7 +364,7 @@ class ServerTracker:
                 text += f" (exit status {report['exit_status']})"
             if report["error"]:
                 text += f": {report['error']['summary']}"
-            elif self.pid and not procfs.pid_alive(self.pid, self._starttime):
+            elif self.pid and not self.alive():
                 text += f": process {self.pid} is gone, no error in {self.log_path}"
             return text
         if status == "stalled":
@@ -378,6 +402,11 @@ def wait_slice(params, carry=None, check_mode=False):
 
     In check mode the wait is a snapshot: one look at every server, no waiting, no killing.
     """
+    problems = option_ranges.range_problems(params, WAIT_RANGES)
+    if problems:
+        raise ValueError("invalid request: " + "; ".join(problems))
+    if params.get("run_id") and not check_mode:
+        run_lock.renew(params["state_dir"], params["run_id"])
     now = time.time()
     carry = carry or {"started_at": now, "servers": {}}
     options = dict(params, started_at=carry["started_at"],
@@ -412,7 +441,21 @@ def wait_slice(params, carry=None, check_mode=False):
         return {"changed": False, "servers": reports, "carry": {
             "started_at": carry["started_at"],
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
+    else:
+        _confirm_ready([tracker for tracker in trackers if tracker.result["status"] == "ready"])
+        reports = [tracker.result for tracker in trackers]
     return finish(reports, now - carry["started_at"], check_mode)
+
+
+def _confirm_ready(trackers):
+    """One more look at every ready server, health probes in parallel (a hung one costs one probe_timeout)."""
+    now = time.time()
+    for tracker in trackers:
+        tracker.probe.start(now)
+    while any(tracker.probe.busy for tracker in trackers):
+        time.sleep(POLL_SECONDS)
+    for tracker in trackers:
+        tracker.confirm_ready(time.time(), tracker.probe.take_answer())
 
 
 def finish(reports, elapsed, check_mode):
@@ -431,30 +474,3 @@ def finish(reports, elapsed, check_mode):
     else:
         result["msg"] = f"all {len(reports)} servers ready"
     return result
-
-
-_PHASE_WORDS = {"capturing_cuda_graph": "capturing cuda graph", "loading_weights": "loading weights",
-                "allocating_memory": "allocating memory", "warming_up": "warming up"}
-
-
-def format_progress(host, reports):
-    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed``."""
-    ready = sum(1 for report in reports if report["status"] == "ready")
-    parts = [f"{host}: {ready}/{len(reports)} ready"]
-    for report in reports:
-        status, phase = report["status"], report["phase"]
-        words = _PHASE_WORDS.get(phase, phase.replace("_", " "))
-        if status == "ready":
-            continue
-        name = report["name"]
-        if status in ("waiting", "starting") and phase == "ready":
-            parts.append(f"{name} up, health pending")
-        elif status in ("waiting", "starting"):
-            parts.append(f"{name} {words}{progress_suffix(phase, report['progress'])}")
-        elif status == "crashed":
-            parts.append(f"{name} crashed in {words}")
-        elif status == "stalled":
-            parts.append(f"{name} stalled in {words}{' (killed)' if report.get('killed_pids') else ''}")
-        else:
-            parts.append(f"{name} timed out in {words}")
-    return " | ".join(parts)

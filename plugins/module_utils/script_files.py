@@ -1,3 +1,4 @@
+# Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write a set of generated files (launch scripts) atomically, reporting which changed.
 
@@ -6,13 +7,21 @@ Stdlib only: runs on the GPU host inside the module.
 
 import hashlib
 import os
-import re
 import stat
-import tempfile
 
-REDACTED = "********"
-# Values of these flags are secrets even when they are not the current key (a diff shows the old one).
-_SECRET_FLAG_RE = re.compile(r"(--(?:admin-)?api-key[ =])(.*?)((?: \\)?)$", re.MULTILINE)
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    read_no_follow,
+    write_atomic,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
+
+
+class ScriptError(Exception):
+    """Scripts could not be written; ``details`` go into the module result next to the message."""
+
+    def __init__(self, msg, **details):
+        super().__init__(msg)
+        self.details = details
 
 
 def sha256_text(text):
@@ -20,15 +29,20 @@ def sha256_text(text):
 
 
 def read_current(path):
-    """(content, mode) of an existing regular file, or (None, None) when absent."""
+    """(content, mode) of an existing regular file, or (None, None) when absent.
+
+    A symbolic link counts as absent: it is never read through (a diff would show its target) and the
+    write replaces the link itself.
+    """
     try:
-        st = os.stat(path)
+        info = os.lstat(path)
     except FileNotFoundError:
         return None, None
-    if not stat.S_ISREG(st.st_mode):
+    if stat.S_ISLNK(info.st_mode):
+        return None, None
+    if not stat.S_ISREG(info.st_mode):
         raise IsADirectoryError(f"{path} exists and is not a regular file")
-    with open(path, "r", encoding="utf-8", errors="surrogateescape") as handle:
-        return handle.read(), stat.S_IMODE(st.st_mode)
+    return read_no_follow(path).decode("utf-8", "surrogateescape"), stat.S_IMODE(info.st_mode)
 
 
 def plan_file(path, content, mode):
@@ -43,43 +57,50 @@ def plan_file(path, content, mode):
     }
 
 
-def write_atomic(path, content, mode, directory_mode):
-    """Replace ``path`` in one rename so a server never execs a half-written script."""
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, directory_mode)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_path, mode)
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
-
-
 def sync_file(path, content, mode, directory_mode, check_mode):
-    """Bring one file to ``content``/``mode``; returns the plan (with ``changed``)."""
+    """Bring one file to ``content``/``mode``; returns the plan (with ``changed``).
+
+    A mode change alone rewrites the file too: a chmod by name could follow a link swapped in meanwhile.
+    """
     plan = plan_file(path, content, mode)
     plan["changed"] = plan["content_changed"] or plan["mode_changed"]
     if check_mode or not plan["changed"]:
         return plan
-    if plan["content_changed"]:
-        write_atomic(path, content, mode, directory_mode)
-    else:
-        os.chmod(path, mode)
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, directory_mode)
+    # Never half-written: a server must not exec a truncated script.
+    write_atomic(path, content, mode)
     return plan
 
 
-def redact(text, secrets=()):
-    """Hide secrets (and any API key flag value) from text shown in diffs."""
-    if text is None:
-        return None
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return _SECRET_FLAG_RE.sub(lambda match: match.group(1) + REDACTED + match.group(3), text)
+def sync_scripts(scripts, mode, directory_mode, required_paths, secrets, check_mode):
+    """Write every ``{"name", "path", "content"}`` of ``scripts``: ``(results by name, diffs)``.
+
+    Nothing is written unless every script name and path is unique and every ``required_paths`` entry
+    (model directories) exists. Diffs (changed content only) are scrubbed of ``secrets`` and of every
+    API key flag value, the previous key of a rotation included. Raises ScriptError.
+    """
+    names = [script["name"] for script in scripts]
+    paths = [script["path"] for script in scripts]
+    if len(set(names)) != len(names) or len(set(paths)) != len(paths):
+        raise ScriptError(f"script names and paths must be unique, got {', '.join(sorted(paths))}")
+    missing = [path for path in required_paths if not os.path.exists(path)]
+    if missing:
+        raise ScriptError(f"required path(s) missing on the host, nothing written: {', '.join(missing)}",
+                          missing_paths=missing)
+    results, diffs = {}, []
+    for script in scripts:
+        try:
+            plan = sync_file(script["path"], script["content"], mode, directory_mode, check_mode)
+        except OSError as error:
+            raise ScriptError(f"cannot write {script['path']}: {scrub_text(str(error), secrets)}", scripts=results)
+        results[script["name"]] = {"path": script["path"], "changed": plan["changed"], "sha256": plan["sha256"]}
+        if plan["content_changed"]:
+            diffs.append({
+                "before_header": script["path"] if plan["before"] is not None else f"{script['path']} (absent)",
+                "after_header": script["path"],
+                "before": scrub_text(plan["before"] or "", secrets),
+                "after": scrub_text(script["content"], secrets),
+            })
+    return results, diffs

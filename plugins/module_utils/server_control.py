@@ -1,10 +1,12 @@
 # Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kill -> verify GPU memory freed -> launch, for all SGLang servers of one host at once.
+"""kill -> verify GPU memory freed -> launch, for the SGLang servers of one host, each on its own.
 
-The sequence is: validate everything (input, GPUs present, foreign GPU holders and port owners)
-before touching any process; then SIGTERM every process that must go, wait, SIGKILL the rest; poll
-nvidia-smi until the GPUs are free; then launch every server fully detached and record its state.
+Everything that can be checked is checked before any process is touched or any script written:
+the request (names, ports, GPUs, files, numbers), GPUs present, foreign GPU holders and port owners.
+Then the launch scripts are written and a detached worker (module_utils/host_job.py) runs the
+sequence per server: SIGTERM -> wait -> SIGKILL, verify its GPUs free, launch it. One server whose
+GPU does not free in time, or whose process survives SIGKILL, is reported down; the others go on.
 """
 
 import hashlib
@@ -14,18 +16,33 @@ import signal
 import subprocess
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    host_job,
+    option_ranges,
+    procfs,
+    run_lock,
+    safe_files,
+    script_files,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    DEFAULT_NVIDIA_SMI_TIMEOUT,
     DRIVER_GPUS_DIR,
     NvidiaSmiError,
+    bounded_runner,
     device_minors,
     query_gpus,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     DEFAULT_STATE_DIR,
     LockTimeout,
-    host_lock,
+    acquire_host_lock,
+    mark_lock_holder,
     read_state,
+    release_host_lock,
     remove_state,
     state_path,
     write_state,
@@ -37,15 +54,29 @@ IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengi
 COMMON_ARGUMENT_SPEC = {
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "nvidia_smi_timeout": {"type": "float", "default": DEFAULT_NVIDIA_SMI_TIMEOUT},
     "gpu_device_dir": {"type": "path", "default": "/dev"},
     "nvidia_driver_dir": {"type": "path", "default": DRIVER_GPUS_DIR},
 }
+COMMON_RANGES = {"nvidia_smi_timeout": option_ranges.seconds(1, 600)}
+
+SERVER_RANGES = dict(
+    COMMON_RANGES,
+    stop_timeout=option_ranges.seconds(0, 3600),
+    gpu_free_timeout=option_ranges.seconds(0, 3600),
+    gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
+    lock_timeout=option_ranges.seconds(0, 86400),
+    log_generations=option_ranges.count(1, 100),
+    progress_interval=option_ranges.seconds(1, 600),
+)
 
 STATES = ("started", "restarted", "stopped")
-LOG_GENERATIONS = 5
+LOG_GENERATIONS = safe_files.LOG_GENERATIONS
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
 SIGKILL_GRACE_SECONDS = 10
 _POLL_SECONDS = 0.25
+SCRIPT_MODE = 0o700
+SCRIPT_DIRECTORY_MODE = 0o755
 
 
 class ServerControlError(Exception):
@@ -64,44 +95,27 @@ def sha256_file(path):
     return digest.hexdigest()
 
 
-def rotate_log(log_path, generations=LOG_GENERATIONS):
-    """Shift ``log`` -> ``log.1`` -> ... -> ``log.<generations>`` (the oldest is dropped).
-
-    Returns the path the previous log now has, or None when there was none. Never truncates: a
-    reader still following the old file keeps its data.
-    """
-    if not os.path.exists(log_path):
-        return None
-    for generation in range(generations - 1, 0, -1):
-        older = f"{log_path}.{generation}"
-        if os.path.exists(older):
-            os.replace(older, f"{log_path}.{generation + 1}")
-    os.replace(log_path, log_path + ".1")
-    return log_path + ".1"
-
-
-def validate_request(servers, state, numbers, ignore_gpu_holders=()):
+def validate_request(params):
     """Check the request without looking at the host; raise one error listing every problem."""
-    problems = []
-    for pattern in ignore_gpu_holders:
+    servers, state = params["servers"], params["state"]
+    problems = option_ranges.range_problems(params, SERVER_RANGES)
+    for pattern in params["ignore_gpu_holders"]:
         try:
             re.compile(pattern)
         except re.error as exc:
             problems.append(f"ignore_gpu_holders entry {pattern!r} is not a valid regular expression: {exc}")
-    for option, value in sorted(numbers.items()):
-        if value < 0:
-            problems.append(f"{option} must be >= 0, got {value}")
+    scripts = {script["name"]: script for script in params.get("scripts") or []}
     launching = state != "stopped"
     seen_names, seen_ports, gpu_owner = {}, {}, {}
     seen_files = {}  # (option, path) -> server: two servers sharing a log or script would mix up their records
     for position, server in enumerate(servers):
         where = f"servers[{position}]"
         name = server.get("name")
-        if not procfs.SERVER_NAME.match(name or ""):
+        if not procfs.valid_server_name(name):
             problems.append(f"{where}.name {name!r} is invalid: use letters, digits, '.', '_' and '-' "
                             "(it names files and the marker value)")
         duplicate = name in seen_names
-        if duplicate and procfs.SERVER_NAME.match(name or ""):
+        if duplicate and procfs.valid_server_name(name):
             problems.append(f"duplicate server name {name!r} (servers[{seen_names[name]}] and {where})")
         seen_names.setdefault(name, position)
         where = f"{where} ({name})"
@@ -129,47 +143,52 @@ def validate_request(servers, state, numbers, ignore_gpu_holders=()):
                                 f"and {name!r}")
             elif path:
                 seen_files[option, os.path.realpath(path)] = name
+        for option in ("log_path", "pid_file"):
+            if server.get(option) and os.path.islink(server[option]):
+                problems.append(f"{where}.{option} {server[option]} is a symbolic link (to "
+                                f"{os.readlink(server[option])}); refusing to write through it: remove it or "
+                                "point it at a regular file")
         script = server.get("launch_script")
         if launching and script:
-            if not os.path.isfile(script):
-                problems.append(f"{where}.launch_script {script} does not exist or is not a file")
-            elif not os.access(script, os.X_OK):
-                mode = oct(os.stat(script).st_mode & 0o777)
-                problems.append(f"{where}.launch_script {script} is not executable (mode {mode}); make it executable")
-            else:
-                exported = _exported_marker(script)
-                if exported not in (None, name):
-                    problems.append(f"{where}.launch_script {script} exports {procfs.MARKER_VAR}={exported}, "
-                                    f"not {name}: its processes would be taken for server {exported!r}")
+            problems.extend(_script_problems(where, name, script, scripts.get(name)))
+    for name, script in scripts.items():
+        server = next((server for server in servers if server.get("name") == name), None)
+        if server is None or server.get("launch_script") != script["path"]:
+            problems.append(f"scripts entry {name!r} ({script['path']}) is not the launch_script of a listed server")
     if problems:
         raise ServerControlError("invalid request: " + "; ".join(problems), problems=problems)
 
 
-_MARKER_EXPORT = re.compile(r"^\s*export\s+" + procfs.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
+def _script_problems(where, name, path, given):
+    """Problems of one launch script: the content to be written when ``given``, else the file on the host."""
+    if given is not None:
+        content = given["content"]
+    elif not os.path.isfile(path):
+        return [f"{where}.launch_script {path} does not exist or is not a file"]
+    elif not os.access(path, os.X_OK):
+        mode = oct(os.stat(path).st_mode & 0o777)
+        return [f"{where}.launch_script {path} is not executable (mode {mode}); make it executable"]
+    else:
+        with open(path, errors="replace") as handle:
+            content = handle.read()
+    exported = exported_marker(content)
+    if exported not in (None, name):
+        return [(f"{where}.launch_script {path} exports {procfs.MARKER_VAR}={exported}, "
+                 f"not {name}: its processes would be taken for server {exported!r}")]
+    return []
 
 
-def _exported_marker(script):
+_MARKER_EXPORT = re.compile(r"^[ \t]*export[ \t]+" + procfs.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
+
+
+def exported_marker(script_text):
     """The marker value a launch script exports (the last one wins in sh), or None."""
-    try:
-        with open(script, errors="replace") as handle:
-            values = _MARKER_EXPORT.findall(handle.read())
-    except OSError:
-        return None
+    values = _MARKER_EXPORT.findall(script_text)
     return values[-1] if values else None
 
 
 def _gpu_keyed(values):
     return {str(index): value for index, value in sorted(values.items())}
-
-
-def _own_lineage():
-    """This process and its ancestors: never signal them, even if they carry a marker."""
-    lineage, pid = set(), os.getpid()
-    while pid > 1 and pid not in lineage:
-        lineage.add(pid)
-        info = procfs.read_process(pid)
-        pid = info.ppid if info else 0
-    return lineage
 
 
 def _describe(running, pid, values):
@@ -179,10 +198,16 @@ def _describe(running, pid, values):
     return described
 
 
-def _holder_text(pid):
+def process_text(pid):
+    """``pid 123 (python3 -m sglang.launch_server ...) of server 'gpu0'`` - command line scrubbed of keys."""
     entry = procfs.describe(pid)
     owner = f"of server {entry['server']!r}" if entry["server"] else "foreign"
     return f"pid {pid} ({entry['cmdline']}) {owner}"
+
+
+# What each server goes through in the worker; the controller turns these into progress words.
+STEP_STOPPING, STEP_KILLING, STEP_VERIFYING = "stopping", "killing", "verifying"
+STEP_DONE, STEP_FAILED = "done", "failed"
 
 
 class ServerPlan:
@@ -197,13 +222,26 @@ class ServerPlan:
         self.reason = ""
         self.processes = {}
         self.group = None
+        # Stale servers and forced foreign holders that hold this server's GPUs or port: pid -> ProcessInfo.
+        self.blockers = {}
         self.killed = []
+        self.last_signal = {}
         self.script_sha256 = None
         self.launched = {}
         self.rotated_log = None
         self.timings = {}
         self.gpu_memory_before = {}
         self.gpu_memory_after = {}
+        # The worker's progress through kill -> verify -> launch.
+        self.step = None
+        self.step_since = None
+        self.error = None
+        self.down = False
+        self.gpu_used = {}
+        self.gpu_holders = None
+        self.port_holders = []
+        self.processes_left = {}
+        self.stop_started = None
 
     @property
     def kills(self):
@@ -218,22 +256,40 @@ class ServerPlan:
         """Stopped and/or launched: its GPUs and port are checked, its GPU memory verified."""
         return self.action not in ("unchanged", "already_stopped")
 
+    def targets(self):
+        return {**self.blockers, **self.processes}
+
+    def enter(self, step, now):
+        self.step, self.step_since = step, now
+
+    def fail(self, now, error, down):
+        self.enter(STEP_FAILED, now)
+        self.error, self.down = error, down
+
+    def progress(self, now):
+        return {"name": self.name, "step": self.step, "seconds": round(now - (self.step_since or now), 1),
+                "action": self.action, "processes_left": len(self.processes_left),
+                "signal": "SIGKILL" if "SIGKILL" in self.last_signal.values() else (
+                    "SIGTERM" if self.last_signal else None),
+                "gpu_used_mib": _gpu_keyed(self.gpu_used), "port_holders": self.port_holders, "error": self.error}
+
 
 class ServerControl:
     """Brings the servers of one host to ``state`` (see the gpuops.sglang.server module docs)."""
 
-    def __init__(self, run, params, check_mode=False):
-        self.run = run
+    def __init__(self, params, check_mode=False):
         self.params = params
         self.check_mode = check_mode
         self.state_dir = params["state_dir"]
         self.device_dir = params["gpu_device_dir"]
+        self.owner = ServerProcesses(self.state_dir)
+        self.run = bounded_runner(params["nvidia_smi_timeout"])
         self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
-        # Processes outside the servers' own (stale servers, forced foreign holders): pid -> ProcessInfo.
-        self.extra_targets = {}
         self.foreign = {}
         self.stale = {}
         self.timings = {}
+        self.scripts = {script["name"]: script for script in params.get("scripts") or []}
+        self.secrets = list(params.get("secrets") or [])
 
     # ---- reading the host --------------------------------------------------------------------
 
@@ -243,39 +299,27 @@ class ServerControl:
         except NvidiaSmiError as exc:
             raise ServerControlError(str(exc))
 
-    def _server_processes(self, name, recorded):
-        """Processes of server ``name``: marker matches (of this state_dir's deployment) plus the recorded
-        process group while its leader is the process we launched (same starttime)."""
-        found = {info.pid: info for info in procfs.find_marked(name, state_dir=self.state_dir)}
-        group = None
-        pgid = (recorded or {}).get("pgid")
-        # Only while its leader is the very process we launched: a leaderless group with that number may be a
-        # stranger's (after a reboot or pid wrap-around); marked members of ours are found above anyway.
-        if pgid and pgid == recorded.get("pid") and procfs.pid_alive(pgid, recorded.get("pid_starttime")):
-            members = procfs.group_members(pgid)
-            if members:
-                group = pgid
-                found.update((info.pid, info) for info in members)
-        for pid in _own_lineage():
-            found.pop(pid, None)
-        return found, group
+    def _script_sha256(self, spec):
+        given = self.scripts.get(spec["name"])
+        if given is not None:
+            return script_files.sha256_text(given["content"])
+        return sha256_file(spec["launch_script"])
 
     def _plan(self, spec):
         state = self.params["state"]
         recorded = read_state(self.state_dir, spec["name"])
         plan = ServerPlan(spec, recorded)
-        plan.processes, plan.group = self._server_processes(plan.name, recorded)
+        plan.processes, plan.group = self.owner.of_server(plan.name, recorded)
         if state == "stopped":
             plan.action = "stopped" if plan.processes else "already_stopped"
             plan.reason = "stop requested" if plan.processes else "no process of this server runs"
             return plan
-        plan.script_sha256 = sha256_file(spec["launch_script"])
-        recorded_alive = bool(recorded) and procfs.pid_alive(recorded.get("pid"), recorded.get("pid_starttime"))
+        plan.script_sha256 = self._script_sha256(spec)
         if state == "restarted":
             plan.reason = "restart requested"
         elif not recorded:
             plan.reason = f"no state recorded in {state_path(self.state_dir, plan.name)}"
-        elif not recorded_alive:
+        elif self.owner.main_process(recorded) is None:
             plan.reason = f"recorded process {recorded.get('pid')} is not running"
         else:
             changed = [key for key in ("launch_script", "port", "gpus", "log_path")
@@ -290,200 +334,166 @@ class ServerControl:
         return plan
 
     def _check_conflicts(self, plans):
-        """Before anything is killed: judge every GPU holder and port owner that is not ours to stop.
+        """Before anything is written or killed: judge every GPU holder and port owner that is not ours to stop.
 
-        Foreign processes (no marker) fail the run, except GPU holders with force_kill_gpu_holders;
-        processes of a server this run leaves running fail it. Processes of a server not in this request
-        are stale (renamed or removed) and stopped with the rest when that server has a state file in
-        our state_dir; otherwise they belong to another deployment on this host and fail the run.
+        Foreign processes (no marker, or no deployment) fail the run, except GPU holders with
+        force_kill_gpu_holders; processes of a server this run leaves running fail it. Processes of a
+        server not in this request are stale (renamed or removed) and stopped with the servers whose GPU
+        or port they hold when that server has a state file in our state_dir; otherwise they belong to
+        another deployment on this host and fail the run.
         """
         planned = {plan.name for plan in plans}
         doomed = {pid for plan in plans if plan.kills for pid in plan.processes}
         problems = []
+        ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
 
-        def judge(pid, what, on_foreign):
-            if pid in doomed or pid in self.extra_targets:
+        def judge(pid, what, needing):
+            if pid in doomed or pid in self.owner.protected:
                 return
             info = procfs.read_process(pid)
             if info is None:
                 return
-            owner = procfs.marker_of(pid)
-            deployment = procfs.other_deployment(pid, self.state_dir)
-            if owner is None:
-                problem = on_foreign(info)
-            elif deployment:
-                problem = (f"{what} is held by pid {pid} ({info.cmdline}) of server {owner!r} of another deployment "
-                           f"(state_dir {deployment}); stop it there first")
-            elif owner in planned:
-                problem = (f"{what} is held by pid {pid} ({info.cmdline}) of server {owner!r}, "
-                           "which this run leaves running")
-            elif read_state(self.state_dir, owner) is None:
-                problem = (f"{what} is held by pid {pid} ({info.cmdline}) of server {owner!r}, which has no state "
-                           f"file in {self.state_dir} (another deployment?); stop it first")
+            owner = self.owner.owner(pid)
+            if owner.verdict == "foreign":
+                if what.startswith("GPU") and any(pattern.search(info.cmdline) for pattern in ignored):
+                    return  # daemons such as nvidia-persistenced keep every device node open without memory
+                if what.startswith("GPU") and self.params["force_kill_gpu_holders"]:
+                    self.foreign[pid] = dict(procfs.describe(pid), holds=what)
+                    for plan in needing:
+                        plan.blockers[pid] = info
+                    return
+                without = (f"{procfs.MARKER_VAR}={owner.server} but no {procfs.DEPLOYMENT_VAR} (started outside any "
+                           "deployment)") if owner.server else f"no {procfs.MARKER_VAR} marker"
+                if what.startswith("GPU"):
+                    problems.append(f"{what} is held by foreign process {pid} ({info.cmdline}) that has {without}; "
+                                    "refusing to kill it: stop it yourself or set force_kill_gpu_holders: true")
+                else:
+                    problems.append(f"{what} is in use by foreign process {pid} ({info.cmdline}); free the port or "
+                                    "choose another one")
+            elif owner.verdict == "other_deployment":
+                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r} of another "
+                                f"deployment (state_dir {owner.deployment}); stop it there first")
+            elif owner.server in planned:
+                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, "
+                                "which this run leaves running")
+            elif read_state(self.state_dir, owner.server) is None:
+                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, which has "
+                                f"no state file in {self.state_dir} (another deployment?); stop it first")
             else:
-                problem = None
                 # The whole stale server goes, not only the process in the way: its state file is removed.
-                stale, _group = self._server_processes(owner, read_state(self.state_dir, owner))
+                stale, _group = self.owner.of_server(owner.server, read_state(self.state_dir, owner.server))
                 stale[pid] = info
                 for stale_pid, stale_info in stale.items():
-                    self.extra_targets[stale_pid] = stale_info
                     entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
                     if stale_pid == pid:
                         entry["holds"] = what
-            if problem:
-                problems.append(problem)
-
-        ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
-
-        def foreign_gpu_holder(gpu):
-            def on_foreign(info):
-                # Daemons such as nvidia-persistenced keep every device node open without using memory.
-                if any(pattern.search(info.cmdline) for pattern in ignored):
-                    return None
-                if not self.params["force_kill_gpu_holders"]:
-                    return (f"GPU {gpu} is held by foreign process {info.pid} ({info.cmdline}) that has no "
-                            f"{procfs.MARKER_VAR} marker; refusing to kill it: stop it yourself or set "
-                            "force_kill_gpu_holders: true")
-                self.extra_targets[info.pid] = info
-                self.foreign[info.pid] = dict(procfs.describe(info.pid), holds=f"GPU {gpu}")
-                return None
-            return on_foreign
-
-        def foreign_port_owner(plan):
-            def on_foreign(info):
-                return (f"port {plan.spec['port']} of server {plan.name!r} is in use by foreign process {info.pid} "
-                        f"({info.cmdline}); free the port or choose another one")
-            return on_foreign
+                    for plan in needing:
+                        plan.blockers[stale_pid] = stale_info
 
         gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
         holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in gpus}) if gpus else {}
         for gpu in gpus:
             for pid in holders.get(gpu, []):
-                judge(pid, f"GPU {gpu}", foreign_gpu_holder(gpu))
+                judge(pid, f"GPU {gpu}", [plan for plan in plans if plan.changes and gpu in plan.gpus])
         for plan in plans:
             if plan.launches:
                 for pid in procfs.port_listeners(plan.spec["port"]):
-                    judge(pid, f"port {plan.spec['port']}", foreign_port_owner(plan))
+                    judge(pid, f"port {plan.spec['port']} of server {plan.name!r}", [plan])
         if problems:
             raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
 
-    # ---- acting --------------------------------------------------------------------------------
+    def _write_scripts(self, plans, check_mode):
+        """Write the given launch scripts after every check passed; returns their results and diffs."""
+        scripts = [self.scripts[plan.name] for plan in plans if plan.name in self.scripts]
+        if not scripts:
+            return {}, []
+        try:
+            return script_files.sync_scripts(scripts, SCRIPT_MODE, SCRIPT_DIRECTORY_MODE,
+                                             self.params["required_paths"], self.secrets, check_mode)
+        except script_files.ScriptError as exc:
+            raise ServerControlError(str(exc), **exc.details)
 
-    def _signal_all(self, plans, sig):
-        """Send ``sig`` to every process group and process that must go; return those it reached."""
-        targets = dict(self.extra_targets)
-        for plan in plans:
-            targets.update(plan.processes)
-        # Decide who is alive before signalling: a group signal ends some members at once.
-        alive = {pid: info for pid, info in targets.items() if procfs.pid_alive(pid, info.starttime)}
-        groups = set()
-        for plan in plans:
-            if plan.group:
-                try:
-                    os.killpg(plan.group, sig)
-                    groups.add(plan.group)
-                except OSError:
-                    pass
-        for pid, info in list(alive.items()):
-            if info.pgid in groups:
-                continue
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                del alive[pid]
-        return alive
+    # ---- acting (in the detached worker) -------------------------------------------------------
 
-    def _wait_gone(self, pids, timeout, on_gone):
-        deadline = time.monotonic() + timeout
-        remaining = dict(pids)
-        while remaining:
-            for pid, info in list(remaining.items()):
-                if not procfs.pid_alive(pid, info.starttime):
-                    del remaining[pid]
-                    on_gone(pid)
-            if not remaining or time.monotonic() >= deadline:
-                break
-            time.sleep(_POLL_SECONDS)
-        return remaining
+    def _signal(self, plan, sig, now):
+        reached = self.owner.signal(plan.targets(), [plan.group] if plan.group else [], sig)
+        plan.last_signal.update((pid, signal.Signals(sig).name) for pid in reached)
+        plan.enter(STEP_KILLING if sig == signal.SIGKILL else STEP_STOPPING, now)
+        return reached
 
-    def _stop(self, plans):
-        killing = [plan for plan in plans if plan.kills]
-        if not killing and not self.extra_targets:
+    def _rescan(self, plan):
+        """Children may have been spawned while the server was shutting down."""
+        found, group = self.owner.of_server(plan.name, plan.recorded)
+        plan.processes.update(found)
+        plan.group = group or plan.group
+
+    def _advance_stop(self, plan, now):
+        alive = plan.processes_left = self.owner.still_alive(plan.targets())
+        in_step = now - plan.step_since
+        if plan.step == STEP_STOPPING:
+            if alive and in_step < self.params["stop_timeout"]:
+                return
+            self._rescan(plan)
+            if self.owner.still_alive(plan.targets()):
+                self._signal(plan, signal.SIGKILL, now)
+                return
+        elif alive:
+            if in_step >= SIGKILL_GRACE_SECONDS:
+                survivors = ", ".join(f"{pid} ({info.cmdline}, state {_state_of(pid)})"
+                                      for pid, info in sorted(alive.items()))
+                plan.fail(now, f"{plan.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} s "
+                               f"(uninterruptible, e.g. stuck in the driver): {survivors}", down=True)
             return
-        started = time.monotonic()
-        owner_of = {pid: plan for plan in killing for pid in plan.processes}
-        last_signal = {}
+        plan.timings["stop_s"] = round(now - plan.stop_started, 3)
+        plan.enter(STEP_VERIFYING, now)
 
-        def gone(pid):
-            plan = owner_of.get(pid)
-            if plan is not None:
-                plan.timings["stop_s"] = round(time.monotonic() - started, 3)
-
-        alive = self._signal_all(killing, signal.SIGTERM)
-        last_signal.update((pid, "SIGTERM") for pid in alive)
-        self._wait_gone(alive, self.params["stop_timeout"], gone)
-        # Re-scan, also when all went: children may have been spawned while the servers were shutting down.
-        for plan in killing:
-            found, plan.group = self._server_processes(plan.name, plan.recorded)
-            plan.processes.update(found)
-            owner_of.update((pid, plan) for pid in found)
-        alive = self._signal_all(killing, signal.SIGKILL)
-        if alive:
-            last_signal.update((pid, "SIGKILL") for pid in alive)
-            alive = self._wait_gone(alive, SIGKILL_GRACE_SECONDS, gone)
-        for plan in killing:
-            plan.killed = [{"pid": pid, "cmdline": info.cmdline, "signal": last_signal[pid]}
-                           for pid, info in sorted(plan.processes.items()) if pid in last_signal]
-        for registry in (self.stale, self.foreign):
-            for pid, entry in registry.items():
-                entry["signal"] = last_signal.get(pid)
-        self.timings["stop_s"] = round(time.monotonic() - started, 3)
-        if alive:
-            raise ServerControlError(
-                f"processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} s (uninterruptible, e.g. stuck in the "
-                "driver): " + ", ".join(f"{pid} ({info.cmdline})" for pid, info in alive.items()),
-                survivors=sorted(alive))
-
-    def _verify_gpus_free(self, plans):
-        gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
-        if not gpus:
-            return
+    def _advance_verify(self, plan, used, query_error, now):
+        plan.gpu_used = {gpu: used[gpu] for gpu in plan.gpus if gpu in used}
         threshold = self.params["gpu_free_threshold_mib"]
-        started = time.monotonic()
-        deadline = started + self.params["gpu_free_timeout"]
-        while True:
-            used = {gpu["index"]: gpu["memory_used_mib"] or 0 for gpu in self._query_gpus(gpus)}
-            busy = {index: mib for index, mib in used.items() if mib > threshold}
-            if not busy or time.monotonic() >= deadline:
-                break
-            time.sleep(_POLL_SECONDS)
-        self.timings["gpu_free_s"] = round(time.monotonic() - started, 3)
-        for plan in plans:
-            plan.gpu_memory_after = _gpu_keyed({gpu: used[gpu] for gpu in plan.gpus if gpu in used})
-            if plan.changes:
-                plan.timings["gpu_free_s"] = self.timings["gpu_free_s"]
+        busy = sorted(gpu for gpu in plan.gpus if gpu not in used or used[gpu] > threshold)
+        plan.port_holders = procfs.port_listeners(plan.spec["port"]) if plan.launches and not busy else []
+        if not busy and not plan.port_holders:
+            plan.gpu_memory_after = _gpu_keyed(plan.gpu_used)
+            plan.timings["gpu_free_s"] = round(now - plan.step_since, 3)
+            if plan.launches:
+                self._launch(plan)
+            else:
+                remove_state(self.state_dir, plan.name)
+            plan.enter(STEP_DONE, now)
+            return
+        if now - plan.step_since < self.params["gpu_free_timeout"]:
+            return
+        plan.gpu_memory_after = _gpu_keyed(plan.gpu_used)
+        down = "is down" if plan.kills or plan.action == "launched" else "was not launched"
         if busy:
             holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in busy})
             described = []
-            for index in sorted(busy):
-                who = ", ".join(_holder_text(pid) for pid in holders.get(index, [])) or (
+            for gpu in busy:
+                who = ", ".join(process_text(pid) for pid in holders.get(gpu, [])) or (
                     "no process here holds the device (a process outside this container, or the driver)")
-                described.append(f"GPU {index} uses {busy[index]} MiB: {who}")
-            raise ServerControlError(
-                f"GPU memory not freed within gpu_free_timeout={self.params['gpu_free_timeout']} s "
-                f"(threshold {threshold} MiB): " + "; ".join(described),
-                gpu_holders={str(index): [procfs.describe(pid) for pid in holders.get(index, [])] for index in busy})
+                memory = f"{used[gpu]} MiB used" if gpu in used else f"memory unknown ({query_error})"
+                described.append(f"GPU {gpu} {memory}, held by {who}")
+            plan.fail(now, f"{plan.name} {down}: GPU memory not freed within gpu_free_timeout="
+                           f"{self.params['gpu_free_timeout']:g} s (threshold {threshold} MiB): " + "; ".join(described),
+                      down=True)
+            plan.gpu_holders = {str(gpu): [procfs.describe(pid) for pid in holders.get(gpu, [])] for gpu in busy}
+        else:
+            plan.fail(now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="
+                           f"{self.params['gpu_free_timeout']:g} s by "
+                           + ", ".join(process_text(pid) for pid in plan.port_holders), down=True)
 
     def _launch(self, plan):
         spec = plan.spec
         started = time.monotonic()
         log_path = spec["log_path"]
-        log_dir = os.path.dirname(log_path)
-        if log_dir and not os.path.isdir(log_dir):
-            os.makedirs(log_dir, 0o755)
-        plan.rotated_log = rotate_log(log_path)
+        try:
+            safe_files.ensure_private_dir(os.path.dirname(log_path) or ".")
+            plan.rotated_log = safe_files.rotate_log(log_path, self.params["log_generations"])
+            log_fd = safe_files.open_append_no_follow(log_path)
+        except OSError as exc:
+            raise LaunchError(f"{plan.name} was not launched: cannot prepare its log {log_path}: {exc}")
         env = dict(os.environ)
-        # The launch script exports the marker too; setting it here covers scripts that forget.
+        # The launch script exports both too; setting them here covers scripts written by hand.
         env[procfs.MARKER_VAR] = plan.name
         env[procfs.DEPLOYMENT_VAR] = self.state_dir
         # SGLang names its children with setproctitle, which overwrites /proc/<pid>/environ - and with it
@@ -491,37 +501,78 @@ class ServerControl:
         env.setdefault("SPT_NOENV", "1")
         script = spec["launch_script"]
         try:
-            with open(log_path, "ab") as log:
-                # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
-                # Not run_command: that waits for the child, and this child is the long-running server.
-                process = subprocess.Popen(  # pylint: disable=ansible-bad-function
-                    [script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)
+            # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
+            # Not run_command: that waits for the child, and this child is the long-running server.
+            process = subprocess.Popen(  # pylint: disable=ansible-bad-function
+                [script], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)
         except OSError as exc:
-            raise ServerControlError(f"cannot execute launch script {script} of server {plan.name!r}: {exc}")
+            raise LaunchError(f"{plan.name} was not launched: cannot execute launch script {script}: {exc}")
+        finally:
+            os.close(log_fd)
         info = procfs.read_process(process.pid)
         # The state file contract of docs/architecture.md.
         plan.launched = {
             "name": plan.name, "pid": process.pid, "pgid": process.pid, "port": spec["port"], "gpus": plan.gpus,
             "launch_script": script, "script_sha256": plan.script_sha256, "log_path": log_path,
             "launched_at": time.time(), "pid_starttime": info.starttime if info else None,
+            "run_id": self.params.get("run_id"),
         }
         write_state(self.state_dir, plan.name, plan.launched)
         if spec.get("pid_file"):
-            with open(spec["pid_file"], "w") as handle:
-                handle.write(f"{process.pid}\n")
+            safe_files.write_atomic(spec["pid_file"], f"{process.pid}\n", 0o644)
         plan.timings["launch_s"] = round(time.monotonic() - started, 3)
 
-    def _act(self, plans):
-        self._stop(plans)
-        self._verify_gpus_free(plans)
-        for plan in plans:
-            if plan.launches:
-                self._launch(plan)
-            elif plan.action == "stopped":
-                remove_state(self.state_dir, plan.name)
-        for owner in {entry["server"] for entry in self.stale.values()}:
-            remove_state(self.state_dir, owner)
+    def act(self, plans, progress):
+        """The sequence, per server at its own pace; ``progress(snapshot)`` is called about once a second."""
+        acting = [plan for plan in plans if plan.changes]
+        started = time.monotonic()
+        for plan in acting:
+            plan.stop_started = started
+            if plan.targets():
+                self._signal(plan, signal.SIGTERM, started)
+            else:
+                plan.enter(STEP_VERIFYING, started)
+        last_report = 0.0
+        while True:
+            now = time.monotonic()
+            for plan in acting:
+                if plan.step in (STEP_STOPPING, STEP_KILLING):
+                    self._advance_stop(plan, now)
+            verifying = [plan for plan in acting if plan.step == STEP_VERIFYING]
+            if verifying:
+                used, query_error = self._memory_used(sorted({gpu for plan in verifying for gpu in plan.gpus}))
+                for plan in verifying:
+                    try:
+                        self._advance_verify(plan, used, query_error, now)
+                    except (LaunchError, OSError) as exc:  # SafeFileError is an OSError
+                        plan.fail(now, str(exc), down=True)
+            pending = [plan for plan in acting if plan.step not in (STEP_DONE, STEP_FAILED)]
+            if not pending or now - last_report >= 1.0:
+                last_report = now
+                progress({"elapsed": round(now - started, 1), "servers": [plan.progress(now) for plan in acting]})
+            if not pending:
+                break
+            time.sleep(_POLL_SECONDS)
+        for plan in acting:
+            plan.killed = [{"pid": pid, "cmdline": info.cmdline, "signal": plan.last_signal[pid]}
+                           for pid, info in sorted(plan.targets().items()) if pid in plan.last_signal]
+            for pid in plan.blockers:
+                registry = self.stale if pid in self.stale else self.foreign
+                if pid in registry:
+                    registry[pid]["signal"] = plan.last_signal.get(pid)
+        if not any(plan.step == STEP_FAILED for plan in acting):
+            for owner in {entry["server"] for entry in self.stale.values()}:
+                remove_state(self.state_dir, owner)
+        self.timings["act_s"] = round(time.monotonic() - started, 3)
+        return self._result(plans)
+
+    def _memory_used(self, gpus):
+        """Used MiB per GPU index, and the error of a failed query (the GPUs then count as not verified)."""
+        try:
+            return {gpu["index"]: gpu["memory_used_mib"] or 0 for gpu in self._query_gpus(gpus)}, None
+        except ServerControlError as exc:
+            return {}, str(exc)
 
     # ---- reporting -----------------------------------------------------------------------------
 
@@ -534,7 +585,7 @@ class ServerControl:
     def _describe_after(self, plan):
         if not plan.changes:
             return self._describe_before(plan)
-        if plan.action == "stopped":
+        if plan.action == "stopped" or plan.down:
             return _describe(False, None, {})
         return _describe(True, plan.launched.get("pid"),
                          dict(plan.spec, gpus=plan.gpus, script_sha256=plan.script_sha256))
@@ -546,6 +597,8 @@ class ServerControl:
             "action": plan.action,
             "reason": plan.reason,
             "changed": plan.changes,
+            "error": plan.error,
+            "down": plan.down,
             "pid": current.get("pid"),
             "pgid": current.get("pgid"),
             "port": plan.spec.get("port"),
@@ -557,28 +610,75 @@ class ServerControl:
             "killed_pids": [entry["pid"] for entry in plan.killed],
             "gpu_memory_before_mib": plan.gpu_memory_before,
             "gpu_memory_after_mib": plan.gpu_memory_after,
+            "gpu_holders": plan.gpu_holders,
             "timings": plan.timings,
         }
 
-    # ---- entry point ---------------------------------------------------------------------------
+    def _result(self, plans):
+        failed = [plan for plan in plans if plan.step == STEP_FAILED]
+        result = {
+            "changed": any(plan.changes for plan in plans),
+            "servers": [self._server_result(plan) for plan in plans],
+            "down": [plan.name for plan in failed if plan.down],
+            "stale_killed": [self.stale[pid] for pid in sorted(self.stale)],
+            "foreign_killed": [self.foreign[pid] for pid in sorted(self.foreign)],
+            "timings": self.timings,
+            "diff": {
+                "before": {plan.name: self._describe_before(plan) for plan in plans},
+                "after": {plan.name: self._describe_after(plan) for plan in plans}},
+        }
+        if failed:
+            others = [plan.name for plan in plans if plan.changes and plan.step == STEP_DONE]
+            result["failed"] = True
+            result["msg"] = scrub_text("; ".join(plan.error for plan in failed) + (
+                f". Now down: {', '.join(result['down'])}" if result["down"] else "") + (
+                f". The others were handled: {', '.join(others)}" if others else ""), self.secrets)
+        return result
 
-    def apply(self):
-        """Run the whole sequence; returns the module result (raises ServerControlError on failure)."""
+    # ---- entry points --------------------------------------------------------------------------
+
+    def apply(self, slice_seconds):
+        """Check, write scripts and start the sequence; returns the result, or a progress result with
+        ``carry`` when the sequence still runs after ``slice_seconds``."""
         params = self.params
         started = time.monotonic()
-        numbers = ("stop_timeout", "gpu_free_timeout", "gpu_free_threshold_mib", "lock_timeout")
-        validate_request(params["servers"], params["state"], {option: params[option] for option in numbers},
-                         params["ignore_gpu_holders"])
+        validate_request(params)
+        if params.get("run_id"):
+            try:
+                run_lock.renew(self.state_dir, params["run_id"])
+            except run_lock.RunLockError as exc:
+                raise ServerControlError(str(exc))
         if self.check_mode:
-            return self._apply_locked(0.0, started)
+            plans, scripts, diffs = self._read_host(check_mode=True)
+            return dict(self._result(plans), scripts=scripts, script_diffs=diffs)
         try:
-            with host_lock(self.state_dir, params["lock_timeout"]) as waited:
-                return self._apply_locked(waited, started)
+            lock_fd, waited = acquire_host_lock(self.state_dir, params["lock_timeout"])
         except LockTimeout as exc:
             raise ServerControlError(str(exc))
+        try:
+            self.timings["lock_wait_s"] = round(waited, 3)
+            interrupted = [_interrupted_summary(record) for record in host_job.unreported(self.state_dir)]
+            for record in host_job.unreported(self.state_dir):
+                host_job.mark_reported(self.state_dir, record)
+            plans, scripts, diffs = self._read_host(check_mode=False)
+            extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
+            if not any(plan.changes for plan in plans):
+                self.timings["total_s"] = round(time.monotonic() - started, 3)
+                return dict(self._result(plans), **extra)
+            job_id = host_job.new_job_id()
 
-    def _apply_locked(self, lock_wait, started):
-        self.timings["lock_wait_s"] = round(lock_wait, 3)
+            def work(progress):
+                mark_lock_holder(lock_fd)
+                return dict(self.act(plans, progress), **extra)
+
+            host_job.start(self.state_dir, job_id, work,
+                           {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans]},
+                           keep_fds=(lock_fd,))
+        finally:
+            release_host_lock(lock_fd)
+        return follow(self.state_dir, job_id, time.time() + slice_seconds)
+
+    def _read_host(self, check_mode):
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         _require_present(present, [(gpu, f"{gpu} of server {spec['name']!r}")
@@ -588,26 +688,38 @@ class ServerControl:
             plan.gpu_memory_before = _gpu_keyed({
                 gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
         self._check_conflicts(plans)
-        if not self.check_mode:
-            try:
-                self._act(plans)
-            except ServerControlError as exc:
-                # Processes may already be gone: report what happened so far.
-                exc.details.update(changed=True, servers=[self._server_result(plan) for plan in plans],
-                                   timings=self.timings)
-                raise
-        self.timings["total_s"] = round(time.monotonic() - started, 3)
-        changed = any(plan.changes for plan in plans) or bool(self.extra_targets)
-        return {
-            "changed": changed,
-            "servers": [self._server_result(plan) for plan in plans],
-            "stale_killed": [self.stale[pid] for pid in sorted(self.stale)],
-            "foreign_killed": [self.foreign[pid] for pid in sorted(self.foreign)],
-            "timings": self.timings,
-            "diff": {
-                "before": {plan.name: self._describe_before(plan) for plan in plans},
-                "after": {plan.name: self._describe_after(plan) for plan in plans}},
-        }
+        scripts, diffs = self._write_scripts(plans, check_mode)
+        return plans, scripts, diffs
+
+
+def _state_of(pid):
+    info = procfs.read_process(pid)
+    return info.state if info else "gone"
+
+
+class LaunchError(Exception):
+    """One server could not be launched; the others go on."""
+
+
+def follow(state_dir, job_id, until):
+    """The job's final result (marked reported), or a progress result with ``carry`` while it runs."""
+    record = host_job.follow(state_dir, job_id, until)
+    if record is None:
+        raise ServerControlError(f"the record of job {job_id} is gone from {state_dir}")
+    if record["status"] == "running":
+        return {"changed": True, "carry": {"job": job_id}, "progress": record.get("progress")}
+    host_job.mark_reported(state_dir, record)
+    return record["result"]
+
+
+def _interrupted_summary(record):
+    """What a run whose result nobody picked up (Ctrl-C, dropped connection) did on this host."""
+    result = record.get("result") or {}
+    servers = [f"{server['name']} {'down' if server.get('down') else server['action']}"
+               for server in result.get("servers") or [] if server.get("changed")]
+    return {"job_id": record["job_id"], "run_id": record.get("run_id"), "status": record["status"],
+            "started": record.get("started"), "finished": record.get("finished"),
+            "down": result.get("down") or [], "servers": servers, "msg": result.get("msg")}
 
 
 def _require_present(present, requested):
@@ -619,7 +731,8 @@ def _require_present(present, requested):
                                  + ", ".join(unknown))
 
 
-def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, driver_dir=DRIVER_GPUS_DIR):
+def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, driver_dir=DRIVER_GPUS_DIR,
+                  state_dir=DEFAULT_STATE_DIR):
     """GPUs with their memory and the processes holding them, found through /proc (not NVML)."""
     try:
         listed = query_gpus(run, nvidia_smi)
@@ -629,8 +742,12 @@ def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, dr
     selected = [gpu for gpu in listed if not gpus or gpu["index"] in gpus]
     minors = device_minors(selected, driver_dir)
     holders = procfs.gpu_holders(device_dir, minors)
+    owner = ServerProcesses(state_dir)
     for gpu in selected:
         gpu["device_minor"] = minors[gpu["index"]]
-        gpu["processes"] = [dict(entry, ours=entry["server"] is not None)
-                            for entry in (procfs.describe(pid) for pid in holders.get(gpu["index"], []))]
+        gpu["processes"] = []
+        for pid in holders.get(gpu["index"], []):
+            entry = procfs.describe(pid)
+            entry["ours"] = owner.owner(pid).verdict == "ours"
+            gpu["processes"].append(entry)
     return selected

@@ -22,12 +22,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
-    RunLog,
-    redact,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import RunLog
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     sha256_file,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
@@ -120,13 +121,14 @@ def http_facts(host, port, params):
     return facts
 
 
-def describe_server(spec, params, now):
+def describe_server(spec, params, now, owner):
     """Everything that needs no HTTP: process, script drift, NCCL environment, log."""
     name = spec["name"]
     state = read_state(params["state_dir"], name) or {}
     pid = state.get("pid")
-    processes = procfs.find_marked(name, state_dir=params["state_dir"])
-    main_alive = procfs.pid_alive(pid, state.get("pid_starttime")) if pid else False
+    found, _group = owner.of_server(name, state)
+    processes = [found[pid] for pid in sorted(found)]
+    main_alive = owner.main_process(state) is not None
     alive = main_alive or bool(processes)
     script = launch_script_facts(state)
     run_log = RunLog(spec.get("log_path") or state.get("log_path"), state.get("launched_at"))
@@ -137,6 +139,7 @@ def describe_server(spec, params, now):
         "port": spec.get("port") or state.get("port"),
         "pid": pid,
         "alive": alive,
+        "main_alive": main_alive,
         "launched_at": launched_at,
         "uptime_seconds": round(now - launched_at, 1) if main_alive and launched_at else None,
         "processes": [{"pid": info.pid, "cmdline": info.cmdline} for info in processes],
@@ -148,17 +151,33 @@ def describe_server(spec, params, now):
 
 
 def server_status(server):
-    """ready/starting/dead/stopped; consumes the internal ``state_recorded`` key."""
+    """ready/starting/orphaned/crashed/dead/stopped; consumes the internal ``state_recorded`` key."""
     recorded = server.pop("state_recorded")
+    if server["alive"] and not server["main_alive"]:
+        return "orphaned"  # processes of ours without their main process: a scheduler left behind
     if server["alive"]:
-        return "ready" if server["health"]["status"] == 200 else "starting"
-    return "dead" if recorded else "stopped"
+        if server["health"]["status"] == 200:
+            return "ready"
+        return "crashed" if server["log"].get("phase") == "crashed" else "starting"
+    if not recorded:
+        return "stopped"
+    return "crashed" if server["log"].get("phase") == "crashed" else "dead"
 
 
 def parse_log_file(path):
-    """Offline parse of a whole SGLang log, API keys redacted (OSError when unreadable)."""
-    with open(path, errors="replace") as handle:
-        return parse_log("".join(map(redact, handle)))
+    """Offline parse of a whole SGLang log, API keys redacted.
+
+    Never raises: ``read_error`` in the result says why the log (or its rest) could not be read, else None;
+    what was read is parsed.
+    """
+    lines, read_error = [], None
+    try:
+        with open(path, "rb") as handle:
+            for raw_line in handle:
+                lines.append(scrub_text(raw_line.decode("utf-8", "replace")))
+    except OSError as exc:
+        read_error = f"cannot read {path}: {exc.strerror or exc}"
+    return dict(parse_log("".join(lines)), read_error=read_error)
 
 
 def describe_servers(params):
@@ -171,7 +190,8 @@ def describe_servers(params):
         state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*.json")))
         specs = [{"name": os.path.basename(path)[:-len(".json")]} for path in state_files]
     now = time.time()
-    servers = [describe_server(spec, params, now) for spec in specs]
+    owner = ServerProcesses(params["state_dir"])
+    servers = [describe_server(spec, params, now, owner) for spec in specs]
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
         answers = pool.map(lambda server: http_facts(params["host"], server["port"], params), servers)
         for server, answer in zip(servers, answers):

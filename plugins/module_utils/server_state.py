@@ -6,15 +6,17 @@
 ``<state_dir>/.lock`` is flocked for the whole kill -> verify -> launch sequence of one host.
 """
 
-import contextlib
 import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import read_process
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    open_lock_file,
+    write_atomic,
+)
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops-sglang"
 LOCK_NAME = ".lock"
@@ -40,19 +42,13 @@ def read_state(state_dir, name):
 
 
 def write_state(state_dir, name, data):
-    """Write the state file atomically: readers see the old or the new file, never half of one."""
+    """Write the state file atomically: readers see the old or the new file, never half of one.
+
+    A symbolic link at its name is replaced, never written through.
+    """
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
-    fd, tmp_path = tempfile.mkstemp(prefix=f".{name}.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp_path, 0o644)
-        os.replace(tmp_path, state_path(state_dir, name))
-    except BaseException:
-        os.unlink(tmp_path)
-        raise
+    write_atomic(state_path(state_dir, name), json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644)
 
 
 def remove_state(state_dir, name):
@@ -63,52 +59,59 @@ def remove_state(state_dir, name):
             raise
 
 
-def _describe_holder(lock_file):
-    lock_file.seek(0)
+def _describe_holder(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
     try:
-        holder = json.loads(lock_file.read() or "{}")
+        holder = json.loads(os.read(fd, 4096).decode("utf-8", "replace") or "{}")
     except ValueError:
         holder = {}
-    pid = holder.get("pid")
-    info = read_process(pid) if pid else None
+    pid = holder.get("pid") if isinstance(holder, dict) else None
+    info = read_process(pid) if isinstance(pid, int) else None
     if info is None:
         return "an unknown process"
     return "pid {} ({}), holding it since {}".format(
         pid, info.cmdline, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0))))
 
 
-@contextlib.contextmanager
-def host_lock(state_dir, timeout):
-    """Hold the per-host flock, waiting up to ``timeout`` seconds (0 = do not wait).
+def acquire_host_lock(state_dir, timeout):
+    """Take the per-host flock, waiting up to ``timeout`` seconds (0 = do not wait): ``(fd, seconds waited)``.
 
-    Yields the seconds spent waiting. The holder writes its pid into the lock file so that a run
-    that gives up can say who holds it; flock itself is released by the kernel even if we crash.
+    Whoever signals or launches server processes holds it. The fd may be handed to a forked worker:
+    the lock lasts while any copy of the fd is open (never LOCK_UN it: that would end it for all copies),
+    and the kernel releases it when the last holder exits, even after a crash. The holder writes its
+    pid into the file so that a run that gives up can say who holds it.
     """
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
     path = os.path.join(state_dir, LOCK_NAME)
+    # A symlink planted at the lock's name is refused, never written through.
+    fd = open_lock_file(path)
     started = time.monotonic()
-    # "a+" creates the file without truncating what the current holder wrote.
-    with open(path, "a+") as lock_file:
+    try:
         while True:
             try:
-                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
             if time.monotonic() - started >= timeout:
-                raise LockTimeout(
-                    f"another run holds the host lock {path}: {_describe_holder(lock_file)}; gave up after lock_timeout={timeout} s")
+                raise LockTimeout(f"another run holds the host lock {path}: {_describe_holder(fd)}; "
+                                  f"gave up after lock_timeout={timeout:g} s")
             time.sleep(_LOCK_POLL_SECONDS)
-        waited = time.monotonic() - started
-        lock_file.seek(0)
-        lock_file.truncate()
-        lock_file.write(json.dumps({"pid": os.getpid(), "since": time.time()}))
-        lock_file.flush()
-        try:
-            yield waited
-        finally:
-            lock_file.seek(0)
-            lock_file.truncate()
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+        mark_lock_holder(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, time.monotonic() - started
+
+
+def mark_lock_holder(fd):
+    """Record this process as the holder (also called by a worker the lock was handed to)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+
+
+def release_host_lock(fd):
+    """Close this copy of the lock fd; the lock ends when no process holds a copy any more."""
+    os.close(fd)

@@ -17,6 +17,7 @@ version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.gpu
   - gpuops.sglang.common.idempotent
 attributes:
@@ -110,29 +111,35 @@ gpus:
           description: Server name from its ownership marker; null for a foreign process.
           type: str
         ours:
-          description: Whether the process carries the ownership marker.
+          description: Whether the process is a server of this deployment (marker and O(state_dir)).
           type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    bounded_runner,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    range_problems,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     COMMON_ARGUMENT_SPEC,
+    COMMON_RANGES,
     ServerControlError,
     gpu_inventory,
 )
 
 
 def main():
-    argument_spec = {
-        "nvidia_smi": COMMON_ARGUMENT_SPEC["nvidia_smi"],
-        "gpu_device_dir": COMMON_ARGUMENT_SPEC["gpu_device_dir"],
-        "nvidia_driver_dir": COMMON_ARGUMENT_SPEC["nvidia_driver_dir"],
-        "gpus": {"type": "list", "elements": "int"},
-    }
+    argument_spec = dict(COMMON_ARGUMENT_SPEC, gpus={"type": "list", "elements": "int"})
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    params = module.params
+    problems = range_problems(params, COMMON_RANGES)
+    if problems:
+        module.fail_json(msg="invalid request: " + "; ".join(problems))
     try:
-        gpus = gpu_inventory(module.run_command, module.params["nvidia_smi"], module.params["gpu_device_dir"],
-                             module.params["gpus"], module.params["nvidia_driver_dir"])
+        gpus = gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"],
+                             params["gpu_device_dir"], params["gpus"], params["nvidia_driver_dir"], params["state_dir"])
     except ServerControlError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, gpus=gpus)

@@ -94,12 +94,10 @@ scripts:
   sample: {gpu0: {path: /opt/gpuops-sglang/bin/gpu0.sh, changed: true, sha256: 3a7bd3e2...}}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
-    redact,
-    sync_file,
+    ScriptError,
+    sync_scripts,
 )
 
 
@@ -117,7 +115,8 @@ def main():
             "scripts": {"type": "list", "elements": "dict", "required": True, "options": {
                 "name": {"type": "str", "required": True},
                 "path": {"type": "path", "required": True},
-                "content": {"type": "str", "required": True},
+                # The script holds the API key (shell-quoted, which the secrets masking would not match).
+                "content": {"type": "str", "required": True, "no_log": True},
             }},
             "mode": {"type": "raw", "default": "0700"},
             "directory_mode": {"type": "raw", "default": "0755"},
@@ -128,31 +127,14 @@ def main():
     )
     mode, directory_mode = _octal(module, "mode"), _octal(module, "directory_mode")
     scripts = module.params["scripts"]
-    names = [script["name"] for script in scripts]
-    paths = [script["path"] for script in scripts]
-    if len(set(names)) != len(names) or len(set(paths)) != len(paths):
-        module.fail_json(msg=f"script names and paths must be unique, got {', '.join(sorted(paths))}")
-    missing = [path for path in module.params["required_paths"] if not os.path.exists(path)]
-    if missing:
-        module.fail_json(msg=f"required path(s) missing on the host, nothing written: {', '.join(missing)}",
-                         missing_paths=missing)
-
-    results, diffs = {}, []
-    for script in scripts:
-        try:
-            plan = sync_file(script["path"], script["content"], mode, directory_mode, module.check_mode)
-        except OSError as error:
-            module.fail_json(msg=f"cannot write {script['path']}: {error}", scripts=results)
-        results[script["name"]] = {"path": script["path"], "changed": plan["changed"], "sha256": plan["sha256"]}
-        if plan["content_changed"] and module._diff:
-            diffs.append({
-                "before_header": script["path"] if plan["before"] is not None else f"{script['path']} (absent)",
-                "after_header": script["path"],
-                "before": redact(plan["before"] or "", module.params["secrets"]),
-                "after": redact(script["content"], module.params["secrets"]),
-            })
-    changed_scripts = [name for name in names if results[name]["changed"]]
-    module.exit_json(changed=bool(changed_scripts), changed_scripts=changed_scripts, scripts=results, diff=diffs)
+    try:
+        results, diffs = sync_scripts(scripts, mode, directory_mode, module.params["required_paths"],
+                                      module.params["secrets"], module.check_mode)
+    except ScriptError as error:
+        module.fail_json(msg=str(error), **error.details)
+    changed_scripts = [script["name"] for script in scripts if results[script["name"]]["changed"]]
+    module.exit_json(changed=bool(changed_scripts), changed_scripts=changed_scripts, scripts=results,
+                     diff=diffs if module._diff else [])
 
 
 if __name__ == "__main__":

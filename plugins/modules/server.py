@@ -6,9 +6,15 @@ DOCUMENTATION = r"""
 module: server
 short_description: Start, restart or stop the SGLang servers of one GPU host (kill, verify GPU memory freed, relaunch)
 description:
-  - Brings every listed SGLang server of the host to O(state) in one call. The servers are handled together
-    - first everything that must go is stopped, then the GPU memory of all their GPUs is verified free,
-    then all servers are launched - never one after another.
+  - Brings every listed SGLang server of the host to O(state) in one call. All servers are stopped at once, and
+    each goes on at its own pace - its GPU memory verified free, then it is launched. One server whose GPU does
+    not free in time, or whose process survives SIGKILL, is reported down (RV(down)) and fails the task; the
+    others are relaunched and serving.
+  - The kill -> verify -> launch sequence runs in a worker detached from the module (its own session, no
+    terminal, SIGHUP and SIGINT ignored), so a Ctrl-C on the controller or a dropped connection never leaves
+    servers silently down; the sequence completes and the next run reports it (RV(interrupted_runs)). The
+    module, run in slices by its action plugin, reports live progress (which servers are still draining, when
+    SIGKILL is sent and why, which GPU memory is still held) every O(progress_interval) seconds.
   - A server's processes are found by the ownership marker C(GPUOPS_SGLANG_SERVER=<name>) in
     C(/proc/<pid>/environ), which every launch script exports and all SGLang children inherit (also
     schedulers orphaned to PID 1), and by the process group recorded at launch. Nothing is found or
@@ -24,16 +30,21 @@ description:
     pid, process group, launch time, pid start time and the sha256 of the launch script in C(<state_dir>/<name>.json).
   - C(SPT_NOENV=1) keeps C(setproctitle), which SGLang uses to name its scheduler processes, from overwriting
     C(/proc/<pid>/environ) and with it the marker; launch scripts should export it too.
-  - Everything that can be checked is checked before any process is signalled - the request itself (duplicate
-    names or ports, GPUs shared by two servers, missing or non-executable launch scripts), GPU indexes that
-    C(nvidia-smi) does not list, GPUs held by foreign processes, and ports owned by foreign processes.
-  - A process without the marker is foreign and is never signalled unless O(force_kill_gpu_holders=true).
+  - Everything that can be checked is checked before any process is signalled or any script written - the
+    request itself (every number against its range, duplicate names or ports, GPUs shared by two servers, shared
+    files, symbolic links at log or pid file paths, missing or non-executable launch scripts), GPU indexes that
+    C(nvidia-smi) does not list, GPUs held by foreign processes, ports owned by foreign processes, and
+    O(required_paths). Only then are the O(scripts) written.
+  - A process is ours when it carries the marker and C(GPUOPS_SGLANG_STATE_DIR) naming this O(state_dir), in
+    this PID namespace. A process without them is foreign and is never signalled unless
+    O(force_kill_gpu_holders=true); the module's own ancestors (ansible-playbook, the operator's shell) never are.
   - A process marked with a server that is not listed but has a state file in O(state_dir) (a renamed or
     removed server) and that holds a GPU or port needed here is stale - it is stopped with the others and its
     state file removed (RV(stale_killed)). A marked process of a server without a state file there belongs to
     another deployment and fails the task.
-  - A per-host lock (C(flock) on C(<state_dir>/.lock)) serialises concurrent runs; a second run waits up to
-    O(lock_timeout) seconds, then fails naming the holder.
+  - A per-host lock (C(flock) on C(<state_dir>/.lock), held until the worker finishes) serialises concurrent
+    calls; a second call waits up to O(lock_timeout) seconds, then fails naming the holder. With O(run_id) the
+    call also confirms that its run still holds the host (see M(gpuops.sglang.host_lock)).
   - This module does not wait for the servers to become ready; use M(gpuops.sglang.wait) for that.
 version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
@@ -48,8 +59,9 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reads processes, GPUs and state files and reports what would be stopped and launched, and fails for the
-        same conflicts, but signals and launches nothing and takes no lock.
+      - Reads processes, GPUs and state files and reports what would be stopped and launched (judging given
+        O(scripts) by their new content), and fails for the same conflicts, but writes, signals and launches
+        nothing and takes no lock.
   diff_mode:
     support: full
     details: Per server before and after - running, pid, port, GPUs, launch script and its sha256, log path.
@@ -97,9 +109,59 @@ options:
         type: path
       pid_file:
         description:
-          - Also write the launched pid to this file, for tools that expect a pid file. The state file
-            in O(state_dir) stays the record this collection uses.
+          - Also write the launched pid to this file (replaced atomically, never written through a symbolic
+            link), for tools that expect a pid file. The state file in O(state_dir) stays the record this
+            collection uses.
         type: path
+  scripts:
+    description:
+      - Launch scripts to write (mode 0700) once every check passed, each the O(servers[].launch_script) of
+        the server of that name; see M(gpuops.sglang.launch_scripts), which writes them without relaunching.
+        A refused run leaves scripts, processes and logs as they were.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Server name.
+        type: str
+        required: true
+      path:
+        description: The server's launch script.
+        type: path
+        required: true
+      content:
+        description: The script (it may hold the API key, so it is never shown).
+        type: str
+        required: true
+  required_paths:
+    description: Paths that must exist on the host before any script is written (model directories).
+    type: list
+    elements: path
+    default: []
+  secrets:
+    description: Values (API keys) never to show in results, messages or diffs.
+    type: list
+    elements: str
+    default: []
+  run_id:
+    description:
+      - The run (from M(gpuops.sglang.host_lock)) this call belongs to. The call fails, touching nothing, when
+        another run holds the host; servers it launches record it, so the wait can tell them from servers
+        another run replaced.
+    type: str
+  log_generations:
+    description: Rotated logs kept per server (C(log.1) ... C(log.<N>)), 1-100; the first crash of a crash loop is kept as C(log.first-crash) besides.
+    type: int
+    default: 5
+  progress_interval:
+    description: Seconds between progress reports while the sequence runs (1-600).
+    type: float
+    default: 10
+  _carry:
+    description:
+      - Internal, set by the action plugin - the job started by the first slice of this task. Do not set it.
+    type: dict
   state:
     description:
       - V(started) launches servers that are not running or whose launch script, port, GPUs or log path changed,
@@ -110,15 +172,15 @@ options:
     choices: [started, restarted, stopped]
     default: started
   stop_timeout:
-    description: Seconds to wait after SIGTERM before sending SIGKILL to what is left.
+    description: Seconds to wait after SIGTERM before sending SIGKILL to what is left (0-3600).
     type: float
     default: 30
   gpu_free_timeout:
-    description: Seconds to wait for the GPU memory to be freed after the processes are gone.
+    description: Seconds to wait for the GPU memory of a server to be freed after its processes are gone (0-3600).
     type: float
     default: 60
   gpu_free_threshold_mib:
-    description: A GPU counts as free when C(memory.used) is at most this many MiB.
+    description: A GPU counts as free when C(memory.used) is at most this many MiB (0-1048576).
     type: int
     default: 1024
   force_kill_gpu_holders:
@@ -137,7 +199,7 @@ options:
     elements: str
     default: ['^(/\S+/)?nvidia-persistenced\b', '^(/\S+/)?nv-hostengine\b', 'dcgm-exporter']
   lock_timeout:
-    description: Seconds to wait for the per-host lock held by another run; V(0) fails at once.
+    description: Seconds to wait for the per-host lock held by another call; V(0) fails at once (0-86400).
     type: float
     default: 300
 notes:
@@ -195,6 +257,12 @@ servers:
       type: str
       choices: [unchanged, launched, relaunched, stopped, already_stopped]
       sample: relaunched
+    error:
+      description: Why this server failed (its GPU not freed, processes surviving SIGKILL, its launch); null when it did not.
+      type: str
+    down:
+      description: True when this server failed after it was stopped (or before it was launched): it is not running now.
+      type: bool
     reason:
       description: Why.
       type: str
@@ -262,59 +330,97 @@ foreign_killed:
   type: list
   elements: dict
   sample: [{"pid": 5000, "cmdline": "python3 notebook.py", "server": null, "holds": "GPU 3", "signal": "SIGTERM"}]
+down:
+  description: Servers this call left down (stopped, not relaunched); the task failed and RV(msg) says why for each.
+  returned: always
+  type: list
+  elements: str
+interrupted_runs:
+  description:
+    - Earlier calls whose result nobody picked up (the controller was interrupted or the connection dropped while
+      their worker ran), with what they did - C(job_id), C(run_id), C(status), C(servers) (changed ones, e.g.
+      C(gpu3 relaunched)), C(down) and C(msg).
+  returned: success
+  type: list
+  elements: dict
+scripts:
+  description: Per O(scripts) entry, its C(path), whether it C(changed) and its C(sha256).
+  returned: success
+  type: dict
 timings:
-  description: Seconds per phase for the whole host (C(lock_wait_s), C(stop_s), C(gpu_free_s), C(total_s)).
+  description: Seconds per phase for the whole host (C(lock_wait_s), C(act_s), C(total_s)).
   returned: always
   type: dict
-  sample: {"lock_wait_s": 0.0, "stop_s": 3.2, "gpu_free_s": 1.1, "total_s": 4.5}
+  sample: {"lock_wait_s": 0.0, "act_s": 4.5}
 problems:
   description: On failure before anything was touched, every problem found (the message joins them).
   returned: failure
   type: list
   elements: str
-gpu_holders:
-  description: On a GPU memory verification failure, per GPU index the processes holding the device open.
-  returned: failure
-  type: dict
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     COMMON_ARGUMENT_SPEC,
     IGNORED_GPU_HOLDERS,
+    LOG_GENERATIONS,
     STATES,
     ServerControl,
     ServerControlError,
+    follow,
 )
+
+ARGUMENT_SPEC = {
+    **COMMON_ARGUMENT_SPEC,
+    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
+        "name": {"type": "str", "required": True},
+        "port": {"type": "int"},
+        "gpus": {"type": "list", "elements": "int"},
+        "launch_script": {"type": "path"},
+        "log_path": {"type": "path"},
+        "pid_file": {"type": "path"},
+    }},
+    "state": {"type": "str", "choices": list(STATES), "default": "started"},
+    "scripts": {"type": "list", "elements": "dict", "default": [], "options": {
+        "name": {"type": "str", "required": True},
+        "path": {"type": "path", "required": True},
+        "content": {"type": "str", "required": True, "no_log": True},
+    }},
+    "required_paths": {"type": "list", "elements": "path", "default": []},
+    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+    "run_id": {"type": "str"},
+    "stop_timeout": {"type": "float", "default": 30},
+    "gpu_free_timeout": {"type": "float", "default": 60},
+    "gpu_free_threshold_mib": {"type": "int", "default": 1024},
+    "force_kill_gpu_holders": {"type": "bool", "default": False},
+    "ignore_gpu_holders": {"type": "list", "elements": "str", "default": list(IGNORED_GPU_HOLDERS)},
+    "lock_timeout": {"type": "float", "default": 300},
+    "log_generations": {"type": "int", "default": LOG_GENERATIONS},
+    "progress_interval": {"type": "float", "default": 10},
+}
 
 
 def main():
-    argument_spec = {
-        **COMMON_ARGUMENT_SPEC,
-        "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-            "name": {"type": "str", "required": True},
-            "port": {"type": "int"},
-            "gpus": {"type": "list", "elements": "int"},
-            "launch_script": {"type": "path"},
-            "log_path": {"type": "path"},
-            "pid_file": {"type": "path"},
-        }},
-        "state": {"type": "str", "choices": list(STATES), "default": "started"},
-        "stop_timeout": {"type": "float", "default": 30},
-        "gpu_free_timeout": {"type": "float", "default": 60},
-        "gpu_free_threshold_mib": {"type": "int", "default": 1024},
-        "force_kill_gpu_holders": {"type": "bool", "default": False},
-        "ignore_gpu_holders": {"type": "list", "elements": "str", "default": list(IGNORED_GPU_HOLDERS)},
-        "lock_timeout": {"type": "float", "default": 300},
-    }
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    control = ServerControl(module.run_command, module.params, check_mode=module.check_mode)
+    # _carry: the job a previous slice of this task started (set by the action plugin).
+    module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
+    params = module.params
     try:
-        result = control.apply()
+        if params["_carry"]:
+            result = follow(params["state_dir"], params["_carry"]["job"], time.time() + params["progress_interval"])
+        else:
+            result = ServerControl(params, check_mode=module.check_mode).apply(params["progress_interval"])
     except ServerControlError as exc:
-        module.fail_json(msg=str(exc), **exc.details)
-    if not module._diff:
-        result.pop("diff")
+        module.fail_json(msg=scrub_text(str(exc), params["secrets"]), **exc.details)
+    # One diff per server set plus one per written script (Ansible shows a list of diffs in order).
+    diffs = [result.pop("diff")] if "diff" in result else []
+    diffs += result.pop("script_diffs", None) or []
+    if module._diff and diffs:
+        result["diff"] = diffs
+    if result.get("failed"):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

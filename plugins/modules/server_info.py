@@ -90,11 +90,16 @@ servers:
       type: str
     status:
       description:
-        - V(ready) (health 200), V(starting) (alive, health not 200), V(dead) (recorded as launched, no process
-          left) or V(stopped) (no state file and no process).
+        - V(ready) (health 200), V(starting) (alive, health not 200, no crash in its log), V(crashed) (its log
+          shows a fatal error; RV(servers[].log.error) has the exception line), V(orphaned) (processes of the server,
+          such as a scheduler, still run without their main process - they may hold GPU memory), V(dead)
+          (recorded as launched, no process left) or V(stopped) (no state file and no process).
       type: str
     alive:
-      description: Whether the recorded main process (same pid and start time) or any marked process runs.
+      description: Whether the recorded main process (same pid and start time) or any process of the server runs.
+      type: bool
+    main_alive:
+      description: Whether the recorded main process (same pid and start time) runs.
       type: bool
     pid:
       description: Recorded pid of the main process.
@@ -139,6 +144,9 @@ log:
     phase:
       description: Last startup phase reached, C(crashed) or C(stopping).
       type: str
+    component:
+      description: V(draft) when that phase belongs to the speculative-decoding draft model, else V(target).
+      type: str
     progress:
       description: C(weights) and C(cuda_graph) progress, each C({done, total}) or null.
       type: dict
@@ -160,6 +168,10 @@ log:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     HTTP_ARGUMENT_SPEC,
+    HTTP_RANGES,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    range_problems,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
     describe_servers,
@@ -185,12 +197,14 @@ def main():
         mutually_exclusive=[("servers", "log_path")],
         supports_check_mode=True,
     )
+    problems = range_problems(module.params, HTTP_RANGES)
+    if problems:
+        module.fail_json(msg="invalid request: " + "; ".join(problems))
     log_path = module.params["log_path"]
     if log_path:
-        try:
-            log = parse_log_file(log_path)
-        except OSError as error:
-            module.fail_json(msg=f"cannot read {log_path}: {error}")
+        log = parse_log_file(log_path)
+        if log.get("read_error"):
+            module.fail_json(msg=log["read_error"])
         module.exit_json(changed=False, servers=[], log=log)
     module.exit_json(changed=False, servers=describe_servers(module.params))
 

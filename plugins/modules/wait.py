@@ -18,7 +18,13 @@ description:
     exit status when known, the error summary line and the traceback from its log; its timeout is never waited out.
   - A server whose log shows no new output and no phase change for O(stall_timeout) seconds is reported as
     stalled (a hung NCCL init, weight load or CUDA graph capture never ends by itself), and killed with
-    O(kill_stalled=true).
+    O(kill_stalled=true) - but only after one more health probe, sent once the silence was noticed, did not
+    answer 200: a server that serves is never stalled or killed. The progress line says C(silent for N s)
+    for a server whose log has not moved for 30 s.
+  - Before the task returns, every server decided ready is looked at once more; one whose process died or
+    that stopped answering meanwhile is reported V(crashed).
+  - With O(servers[].pid) (the pid M(gpuops.sglang.server) launched), a server that another run relaunched
+    meanwhile is reported V(replaced), never its crash or readiness taken for this run's.
   - Every server is waited for and reported even when others fail. The task fails when any server is not
     ready; RV(msg) names each such server and why.
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
@@ -75,14 +81,15 @@ options:
         type: int
   timeout:
     description:
-      - Seconds the whole wait may take. Large models need tens of minutes (weight loading, JIT compiles, CUDA graph capture).
+      - Seconds the whole wait may take (1-604800). Large models need tens of minutes (weight loading, JIT
+        compiles, CUDA graph capture).
       - Servers not ready by then are reported with RV(servers[].status=timeout).
     type: float
     default: 1800
   stall_timeout:
     description:
       - Seconds without new log output (health checks do not count) and without a phase change after which a
-        server is reported as stalled. V(0) disables stall detection.
+        server is reported as stalled (1-86400). V(0) disables stall detection.
       - Keep it above the longest silent step of your models, such as a JIT compile during capture.
     type: float
     default: 600
@@ -94,10 +101,15 @@ options:
     default: false
   progress_interval:
     description:
-      - Seconds between progress lines. Each slice of polling on the host lasts about this long (longer only
-        while a health request is still in flight), so this is also the cost in round trips to the host.
+      - Seconds between progress lines (1-600). Each slice of polling on the host lasts about this long (longer
+        only while a health request is still in flight), so this is also the cost in round trips to the host.
     type: float
     default: 10
+  run_id:
+    description:
+      - The run (from M(gpuops.sglang.host_lock)) this wait belongs to; every slice confirms the run still holds
+        the host and fails, touching nothing, when another run took it over.
+    type: str
   _carry:
     description:
       - Internal, set by the action plugin - the state of the trackers after the previous slice. Do not set it.
@@ -168,8 +180,8 @@ servers:
       type: str
     status:
       description:
-        - V(ready), V(crashed) (process gone, or its log shows a fatal error), V(stalled), V(timeout);
-          V(starting) only in check mode.
+        - V(ready), V(crashed) (process gone, or its log shows a fatal error), V(stalled), V(timeout),
+          V(replaced) (another run relaunched it meanwhile); V(starting) only in check mode.
       type: str
       sample: ready
     phase:
@@ -211,6 +223,9 @@ servers:
       description: The last lines of the log of this run.
       type: list
       elements: str
+    silent_s:
+      description: Seconds since the server's log last moved (health checks do not count).
+      type: float
     health:
       description: Last health answer, C(status) (HTTP status, null when unreachable) and C(error).
       type: dict
@@ -228,13 +243,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
     WAIT_ARGUMENT_SPEC,
     wait_slice,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import RunLockError
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(WAIT_ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
     try:
         result = wait_slice(module.params, carry=module.params["_carry"], check_mode=module.check_mode)
-    except ValueError as error:
+    except (ValueError, RunLockError) as error:
         module.fail_json(msg=str(error))
     if result.get("failed"):
         module.fail_json(**result)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import MARKER_VAR
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
+from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
+    DEPLOYMENT_VAR,
+    MARKER_VAR,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
     resolve_nccl,
     validate_nccl_env,
@@ -44,6 +48,39 @@ _SIMPLE_FLAGS = (
     ("mamba_full_memory_ratio", "--mamba-full-memory-ratio"),
 )
 
+# Flags rendered from their own variables, with SGLang's aliases: sglang_extra_args may not set them, nor
+# any argparse prefix of them (SGLang keeps allow_abbrev: --tp means --tp-size, --por means --port).
+# The API keys come only from sglang_api_key, the one value the role keeps out of its output.
+RESERVED_FLAGS = {
+    "--model-path": "sglang_model_path",
+    "--model": "sglang_model_path",
+    "--served-model-name": "sglang_served_model_name",
+    "--host": "sglang_host",
+    "--port": "sglang_base_port or the port of a sglang_servers entry",
+    "--tp-size": "sglang_tp_size or the tp_size of a sglang_servers entry",
+    "--tensor-parallel-size": "sglang_tp_size or the tp_size of a sglang_servers entry",
+    "--dp-size": "sglang_dp_size or the dp_size of a sglang_servers entry",
+    "--data-parallel-size": "sglang_dp_size or the dp_size of a sglang_servers entry",
+    **{flag: f"sglang_{key}" for key, flag in _SIMPLE_FLAGS},
+    "--enable-metrics": "sglang_enable_metrics",
+    "--api-key": "sglang_api_key",
+    "--admin-api-key": "sglang_api_key",
+    "--mamba-scheduler-strategy": "sglang_mamba_scheduler_strategy",
+    "--mamba-radix-cache-strategy": "sglang_mamba_scheduler_strategy",
+    "--speculative-algorithm": "sglang_speculative.algorithm",
+    "--speculative-draft-model": "sglang_speculative.draft_model_path",
+    **{flag: f"sglang_speculative.{key}" for key, flag in _SPECULATIVE_FLAGS},
+}
+
+# What a sglang_servers entry may override (the keys of the role's launch_scripts_settings, less the
+# host-wide ones).
+SERVER_SETTINGS = ("command", "version", "model_path", "served_model_name", "host", "base_gpu_id",
+                   "mem_fraction_static", "max_running_requests", "context_length", "max_mamba_cache_size",
+                   "mamba_full_memory_ratio", "enable_metrics", "speculative", "mamba_scheduler_strategy",
+                   "extra_args", "env", "nccl", "cache_dir")
+# Host-wide only: the role masks sglang_api_key alone, and state_dir names the deployment.
+HOST_SETTINGS = ("api_key", "state_dir")
+
 # JIT caches on persistent disk so restarts stay warm (relative to cache_dir; "" = cache_dir itself).
 CACHE_ENV = (
     ("SGLANG_CACHE_DIR", ""),
@@ -56,10 +93,17 @@ CACHE_ENV = (
     ("DG_JIT_CACHE_DIR", "deep_gemm"),
 )
 
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# An extra arg key is a flag name, nothing more: "port=1" would render --port=1.
+_FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+# What argparse takes for an option rather than a value ("-1" and "-0.5" stay values).
+_LOOKS_LIKE_FLAG = re.compile(r"-[A-Za-z-]")
 # setproctitle, which SGLang uses to name its schedulers, overwrites /proc/<pid>/environ (and the
 # marker with it) unless SPT_NOENV is set.
-_MANAGED_ENV = (MARKER_VAR, "SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
+_MANAGED_ENV = ("SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
+# The ownership markers (GPUOPS_SGLANG_SERVER, GPUOPS_SGLANG_STATE_DIR) and any future one.
+_MARKER_PREFIX = "GPUOPS_SGLANG_"
+_SCALARS = (str, int, float)
 
 
 class LaunchScriptError(ValueError):
@@ -76,6 +120,21 @@ def parse_version(version):
     return tuple(int(number) for number in numbers) + (0,) * (3 - len(numbers))
 
 
+def api_key_problem(api_key):
+    """Why ``api_key`` cannot be rendered, or None (None itself: no key). The message never holds the key."""
+    if api_key is None:
+        return None
+    if not isinstance(api_key, _SCALARS) or isinstance(api_key, bool):
+        return f"sglang_api_key must be a string, got a {kind(api_key)}"
+    if not str(api_key).strip():
+        return ("sglang_api_key is empty or only whitespace; set the key, or leave sglang_api_key unset (null) "
+                "for servers without authentication")
+    if any(ord(character) < 32 or ord(character) == 127 for character in str(api_key)):
+        return ("sglang_api_key contains a newline or another control character: no HTTP client can send it in "
+                "the Authorization header (SGLang's own warm-up request fails); use printable characters only")
+    return None
+
+
 def _text(value):
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -85,8 +144,7 @@ def _text(value):
 def _server_settings(server, settings):
     merged = dict(settings)
     merged.update({key: value for key, value in server.items() if key not in ("env", "extra_args")})
-    merged["env"] = dict(settings.get("env") or {}, **(server.get("env") or {}))
-    merged["extra_args"] = dict(settings.get("extra_args") or {}, **(server.get("extra_args") or {}))
+    merged["extra_args"] = {**(settings.get("extra_args") or {}), **(server.get("extra_args") or {})}
     return merged
 
 
@@ -132,22 +190,49 @@ def _speculative_flags(speculative):
     return flags
 
 
-def _extra_flags(extra_args, rendered):
-    flags = []
+def _reserved_variable(flag):
+    """(rendered flag, variable to use instead) when ``flag`` equals, aliases or abbreviates a rendered flag."""
+    if flag in RESERVED_FLAGS:
+        return flag, RESERVED_FLAGS[flag]
+    for reserved, variable in RESERVED_FLAGS.items():
+        if reserved.startswith(flag):
+            return reserved, variable
+    return None
+
+
+def _extra_values(key, value):
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if not isinstance(item, _SCALARS):
+            raise LaunchScriptError(f"extra arg {key!r}: {item!r} is not a string or number; use true for a bare "
+                                    "flag, false/null to omit it, a value, or a list of values")
+        if isinstance(item, str) and _LOOKS_LIKE_FLAG.match(item):
+            raise LaunchScriptError(f"extra arg {key!r}: value {item!r} would be parsed as a flag by SGLang; give "
+                                    "every flag its own key in sglang_extra_args")
+    return [_text(item) for item in values]
+
+
+def _extra_flags(extra_args):
+    flags, keys_of_flag = [], {}
     for key, value in extra_args.items():
-        flag = "--" + str(key).lstrip("-").replace("_", "-")
-        if flag in rendered:
-            raise LaunchScriptError(f"extra arg {key!r} duplicates {flag}, which is rendered from its own variable; set that "
-                                    "variable instead")
+        name = str(key).lstrip("-")
+        if not _FLAG_NAME.fullmatch(name):
+            raise LaunchScriptError(f"extra arg {key!r} is not a flag name; use the name alone (e.g. "
+                                    "chunked_prefill_size: 4096), letters, digits, '_' and '-'")
+        flag = "--" + name.replace("_", "-")
+        reserved = _reserved_variable(flag)
+        if reserved:
+            what = "is" if reserved[0] == flag else "abbreviates (argparse prefix)"
+            raise LaunchScriptError(f"extra arg {key!r} {what} {reserved[0]}, which is rendered from its own "
+                                    f"variable; set {reserved[1]} instead")
+        if flag in keys_of_flag:
+            raise LaunchScriptError(f"extra args {keys_of_flag[flag]!r} and {key!r} both render {flag}; keep one")
+        keys_of_flag[flag] = key
         if value is None or value is False:
             continue
         flags.append(flag)
-        if value is True:
-            continue
-        if isinstance(value, (list, tuple)):
-            flags += [_text(item) for item in value]
-        else:
-            flags.append(_text(value))
+        if value is not True:
+            flags += _extra_values(key, value)
     return flags
 
 
@@ -169,23 +254,50 @@ def launch_argv(server, settings):
             argv += [flag, _text(merged[key])]
     if merged.get("enable_metrics"):
         argv.append("--enable-metrics")
-    if merged.get("api_key"):
+    problem = api_key_problem(merged.get("api_key"))
+    if problem:
+        raise LaunchScriptError(problem)
+    if merged.get("api_key") is not None:
         argv += ["--api-key", _text(merged["api_key"])]
     argv += _mamba_flags(merged)
     argv += _speculative_flags(merged.get("speculative"))
-    argv += _extra_flags(merged["extra_args"], set(argv))
+    argv += _extra_flags(merged["extra_args"])
     return argv
 
 
-def launch_env(server, settings):
-    """``[[name, value], ...]`` the script exports, in order: marker, SPT_NOENV, GPU order and GPUs, caches, NCCL,
-    user env.
+def _user_env(env, variable):
+    """``env`` (from ``variable``) as strings; refuses names the role manages."""
+    user_env = {}
+    for name, value in env.items():
+        name = str(name)
+        if not _ENV_NAME.fullmatch(name):
+            raise LaunchScriptError(f"{variable}: {name!r} is not a valid shell variable name")
+        if name.startswith(_MARKER_PREFIX):
+            raise LaunchScriptError(f"{variable}: {name} is an ownership marker the role sets (from the server's "
+                                    "name and sglang_state_dir); remove it")
+        if name in _MANAGED_ENV:
+            raise LaunchScriptError(f"{variable}: {name} is managed by the role (from the server's name and gpus)")
+        if not isinstance(value, _SCALARS):
+            raise LaunchScriptError(f"{variable}: {name} must be a string or number, got a {kind(value)}")
+        user_env[name] = _text(value)
+    return user_env
 
-    User env overrides cache and NCCL values (NCCL_* entries are validated like a profile's).
+
+def launch_env(server, settings):
+    """``[[name, value], ...]`` the script exports, in order: markers, SPT_NOENV, GPU order and GPUs, caches,
+    NCCL, user env.
+
+    User env (host-wide, then the server's own) overrides cache and NCCL values (NCCL_* entries are
+    validated like a profile's).
     """
     merged = _server_settings(server, settings)
+    if not merged.get("state_dir"):
+        raise LaunchScriptError("state_dir is required (sglang_state_dir): the script marks its server as this "
+                                "deployment's")
     env = {
         MARKER_VAR: merged["name"],
+        # A server started from its script by hand or at boot still belongs to its deployment.
+        DEPLOYMENT_VAR: _text(merged["state_dir"]),
         "SPT_NOENV": "1",
         # CUDA numbers GPUs fastest first by default; nvidia-smi (and so the verified GPUs) by PCI bus.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -195,13 +307,8 @@ def launch_env(server, settings):
     if cache_dir:
         env.update((name, cache_dir.rstrip("/") + ("/" + sub if sub else "")) for name, sub in CACHE_ENV)
     env.update(resolve_nccl(merged.get("nccl")))
-    user_env = {}
-    for name, value in merged["env"].items():
-        if not _ENV_NAME_RE.match(str(name)):
-            raise LaunchScriptError(f"env variable name {name!r} is not a valid shell variable name")
-        if name in _MANAGED_ENV:
-            raise LaunchScriptError(f"env variable {name} is managed by the role (from the server's name and gpus)")
-        user_env[str(name)] = _text(value)
+    user_env = _user_env(settings.get("env") or {}, "sglang_env")
+    user_env.update(_user_env(server.get("env") or {}, f"env of server {merged['name']!r}"))
     env.update(user_env)
     env.update(validate_nccl_env({name: value for name, value in user_env.items() if name.startswith("NCCL_")}))
     return [[name, value] for name, value in env.items()]

@@ -43,8 +43,13 @@ def relaunch_summary(servers, server_results, wait_results):
     actions, waits = _by_name(server_results), _by_name(wait_results)
     rows = []
     for server in servers:
-        action = actions.get(server["name"], {}).get("action", "not relaunched")
+        acted = actions.get(server["name"], {})
+        action = acted.get("action", "not relaunched")
         waited = waits.get(server["name"])
+        if acted.get("down"):
+            rows.append([server["name"], _gpus(server), server["port"], f"{action}: FAILED", "down", None, None,
+                         None, None])
+            continue
         if waited is None:
             rows.append([server["name"], _gpus(server), server["port"], action, "skipped", None, None, None, None])
             continue
@@ -55,20 +60,25 @@ def relaunch_summary(servers, server_results, wait_results):
     ready = sum(1 for result in wait_results or [] if result["status"] == "ready")
     header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", "max_total_num_tokens",
               "max_running_requests"]
-    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
+    down = [result["name"] for result in server_results or [] if result.get("down")]
+    title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
+    return [title] + _table(header, rows)
 
 
 # Lines of a crashed server's traceback carried into the failure message; the whole one is in the wait result.
 TRACEBACK_TAIL_LINES = 12
 
 
-def relaunch_failures(servers, wait_results):
+def relaunch_failures(servers, wait_results, server_results=None):
     """Why each server is not ready (with the tail of its traceback); halted batches were never waited for."""
-    waits = _by_name(wait_results)
+    waits, actions = _by_name(wait_results), _by_name(server_results)
     failures = []
     for server in servers:
         waited = waits.get(server["name"])
-        if waited is None:
+        acted = actions.get(server["name"], {})
+        if acted.get("error"):
+            failures.append(acted["error"])
+        elif waited is None:
             failures.append(f"{server['name']}: not relaunched, an earlier batch failed")
         elif waited["status"] != "ready":
             failure = waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}"
@@ -153,6 +163,27 @@ def stop_summary(server_results):
     rows = []
     for result in server_results:
         after = result.get("gpu_memory_after_mib") or {}
-        rows.append([result["name"], _gpus(result) if result.get("gpus") else None, result["action"],
+        action = f"{result['action']}: FAILED" if result.get("error") else result["action"]
+        rows.append([result["name"], _gpus(result) if result.get("gpus") else None, action,
                      ",".join(str(after[gpu]) for gpu in sorted(after, key=int)) or None])
     return _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)
+
+
+# server_info statuses that fail status.yml: nothing serves there, or something of ours is left behind.
+FAILING_STATUSES = ("dead", "crashed", "orphaned")
+
+
+def fleet_problems(info_results):
+    """One message per server that is dead, crashed or orphaned, with the exception line of its log."""
+    problems = []
+    for info in info_results or []:
+        if info.get("status") not in FAILING_STATUSES:
+            continue
+        error = ((info.get("log") or {}).get("error") or {}).get("summary")
+        if info["status"] == "orphaned":
+            pids = ", ".join(str(process["pid"]) for process in info.get("processes") or [])
+            text = f"{info['name']} orphaned: its main process is gone but pids {pids} still run"
+        else:
+            text = f"{info['name']} {info['status']} in {(info.get('log') or {}).get('phase') or 'unknown phase'}"
+        problems.append(text + (f": {error}" if error else ""))
+    return problems

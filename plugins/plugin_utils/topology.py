@@ -6,8 +6,24 @@ Runs on the controller so that a bad topology fails before any host is touched.
 
 from __future__ import annotations
 
+import difflib
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
+
 # Names end up in file names, the ownership marker and log lines: one rule for controller and host.
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import SERVER_NAME
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
+    HOST_SETTINGS,
+    SERVER_SETTINGS,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
+    override_problems,
+)
+
+# Keys of a sglang_servers entry: its place in the topology, its files, then the settings it overrides.
+TOPOLOGY_KEYS = ("name", "port", "gpus", "tp_size", "dp_size", "launch_script", "log_path")
+SERVER_KEYS = TOPOLOGY_KEYS + SERVER_SETTINGS
+_DICT_SETTINGS = ("env", "extra_args", "speculative")
 
 
 class TopologyError(ValueError):
@@ -52,6 +68,14 @@ def generate_servers(gpu_count, tp_size=1, dp_size=1, base_port=30000):
     return servers
 
 
+def _unknown_key_problem(key):
+    if key in HOST_SETTINGS:
+        return f"{key} cannot be set per server; set sglang_{key} for the host"
+    close = difflib.get_close_matches(str(key), SERVER_KEYS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key {key!r}; {hint}an entry takes {', '.join(SERVER_KEYS)}"
+
+
 def _normalize(server, position, problems):
     """One explicit server entry -> dict with typed name/port/gpus/tp_size/dp_size (other keys kept)."""
     if not isinstance(server, dict):
@@ -59,13 +83,20 @@ def _normalize(server, position, problems):
         return None
     label = f"server {server.get('name', f'#{position}')!r}"
     result = dict(server)
+    problems.extend(f"{label}: {_unknown_key_problem(key)}" for key in server if key not in SERVER_KEYS)
     missing = [key for key in ("name", "port", "gpus") if key not in server]
     if missing:
         problems.append(f"{label}: missing {', '.join(missing)}")
         return None
     name = str(server["name"])
-    if not SERVER_NAME.match(name):
-        problems.append(f"{label}: name {name!r} may only contain letters, digits, '.', '_' and '-'")
+    # fullmatch: a pattern's $ also matches before a trailing newline.
+    if not SERVER_NAME.fullmatch(name):
+        problems.append(f"{label}: name {name!r} must start with a letter or digit and contain only letters, "
+                        "digits, '.', '_' and '-'")
+    for key in _DICT_SETTINGS:
+        if server.get(key) is not None and not isinstance(server[key], dict):
+            problems.append(f"{label}: {key} must be a dict, got a {kind(server[key])}")
+    problems.extend(override_problems(server, label))
     result["name"] = name
     try:
         result["port"] = _as_int(server["port"])
@@ -104,7 +135,10 @@ def validate_servers(servers, gpu_count=None):
 
     gpu_count, when known (declared, or reported by the host), bounds the GPU indexes.
     """
-    if not isinstance(servers, (list, tuple)) or not servers:
+    if not isinstance(servers, (list, tuple)):
+        raise TopologyError(f"sglang_servers must be a list of servers ({{name, port, gpus, ...}}), "
+                            f"got a {kind(servers)}")
+    if not servers:
         raise TopologyError("the server list is empty; define sglang_servers or a GPU count")
     problems = []
     normalized = [_normalize(server, position, problems) for position, server in enumerate(servers)]

@@ -34,6 +34,7 @@ PYTHON = sys.executable
 BIN_DIR = os.path.dirname(PYTHON)
 TOKEN_VAR = "GPUOPS_TEST_TOKEN"
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 
 sys.path.insert(0, SIMULATOR_DIR)
 import fakegpu
@@ -114,16 +115,19 @@ class FakeGpuHost:
         _config, gpus, _apps = fakegpu.gpu_status(self.dir)
         return gpus[index]["used_mib"]
 
-    def hold(self, gpu, mib=20000, server=None, argv0=PYTHON):
+    def hold(self, gpu, mib=20000, server=None, deployment=None, argv0=PYTHON):
         """Start a process that opens device nvidia<gpu> and allocates ``mib`` on it, like a CUDA process.
 
-        Without ``server`` it is foreign (no ownership marker); ``argv0`` is the name it shows in its
-        command line. Returns the Popen once it holds the memory.
+        Without ``server`` it is foreign (no ownership marker), and so it is with a marker but without the
+        ``deployment`` (state_dir) it belongs to; ``argv0`` is the name it shows in its command line. Returns
+        the Popen once it holds the memory.
         """
-        env = {key: value for key, value in os.environ.items() if key != MARKER_VAR}
+        env = {key: value for key, value in os.environ.items() if key not in (MARKER_VAR, DEPLOYMENT_VAR)}
         env[TOKEN_VAR] = self.token
         if server:
             env[MARKER_VAR] = server
+        if deployment:
+            env[DEPLOYMENT_VAR] = deployment
         code = textwrap.dedent(f"""
             import os, sys, time
             sys.path.insert(0, {SIMULATOR_DIR!r})
@@ -169,6 +173,8 @@ def make_server(tmp_path, fake_gpus, model_dir, test_token):
         port = port or free_port()
         exports = {
             MARKER_VAR: name,
+            # Like the role's scripts: a server started by hand from its script still belongs to its deployment.
+            DEPLOYMENT_VAR: str(tmp_path / "state"),
             # setproctitle (scheduler titles) would otherwise overwrite /proc/<pid>/environ and the marker.
             "SPT_NOENV": "1",
             TOKEN_VAR: test_token,

@@ -7,10 +7,11 @@ def gpu_args(fake_gpus, **extra):
     return dict({"nvidia_smi": fake_gpus.nvidia_smi, "gpu_device_dir": fake_gpus.device_dir}, **extra)
 
 
-def test_holders_with_owner_names(ansible, fake_gpus):
-    ours = fake_gpus.hold(1, mib=3000, server="alpha")
+def test_holders_with_owner_names(ansible, fake_gpus, host_args):
+    ours = fake_gpus.hold(1, mib=3000, server="alpha", deployment=host_args["state_dir"])
     foreign = fake_gpus.hold(3, mib=5000)
-    result = ansible.module(MODULE, gpu_args(fake_gpus))
+    unowned = fake_gpus.hold(4, mib=1000, server="beta")  # a marker without its deployment: foreign
+    result = ansible.module(MODULE, gpu_args(fake_gpus, state_dir=host_args["state_dir"]))
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
     gpus = {gpu["index"]: gpu for gpu in result["gpus"]}
@@ -24,6 +25,8 @@ def test_holders_with_owner_names(ansible, fake_gpus):
     [stranger] = gpus[3]["processes"]
     assert (stranger["pid"], stranger["server"], stranger["ours"]) == (foreign.pid, None, False)
     assert "fakegpu.open_device" in stranger["cmdline"]
+    [unowned_holder] = gpus[4]["processes"]
+    assert (unowned_holder["pid"], unowned_holder["ours"]) == (unowned.pid, False)
 
 
 def test_selected_gpus_and_unknown_index(ansible, fake_gpus):

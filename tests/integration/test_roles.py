@@ -56,6 +56,20 @@ def test_api_key_stays_out_of_output_and_diff(sim_host):
     assert key not in rotated.stdout, "the previous key in the diff's before side is redacted too"
 
 
+def test_an_api_key_with_shell_and_yaml_characters_reaches_the_server_byte_exact_and_is_never_shown(sim_host):
+    key = "sk-,'\")} $HOME `id` $(id) second-part"
+    result = sim_host.run("deploy", {"sglang_gpu_count": 1, "sglang_server_command": ECHO_COMMAND,
+                                     "sglang_api_key": key}, json_output=False, args=("--diff", "-vvv"))
+    assert result.rc == 0, result.stdout
+    for shown in (result.stdout, result.stderr):
+        assert key not in shown and "second-part" not in shown and "$(id)" not in shown
+    started = subprocess.run(["sh", str(sim_host.script("gpu0"))], cwd=sim_host.dir, capture_output=True, text=True,
+                             check=True)
+    seen = json.loads(started.stdout)
+    assert seen["argv"][seen["argv"].index("--api-key") + 1] == key
+    assert seen["env"]["GPUOPS_SGLANG_STATE_DIR"] == str(sim_host.dir / "state")
+
+
 @pytest.mark.parametrize("extra_vars, message", [
     ({"sglang_nccl": {"NCCL_NTHREADS": 100}}, "NCCL_NTHREADS='100' is not valid; use one of 64, 128, 256, 512"),
     ({"sglang_servers": [{"name": "a", "port": 31000, "gpus": [0, 1]}, {"name": "b", "port": 31001, "gpus": [1]}]},
@@ -70,6 +84,10 @@ def test_api_key_stays_out_of_output_and_diff(sim_host):
      "mamba_scheduler_strategy 'extra_buffer_lazy' is not valid"),
     ({"sglang_model_path": "/nonexistent/model"},
      "required path(s) missing on the host, nothing written: /nonexistent/model"),
+    ({"sglang_extra_args": {"tp": 2}}, "extra arg 'tp' abbreviates (argparse prefix) --tp-size"),
+    ({"sglang_env": {"GPUOPS_SGLANG_STATE_DIR": "/elsewhere"}},
+     "sglang_env: GPUOPS_SGLANG_STATE_DIR is an ownership marker the role sets"),
+    ({"sglang_servers": [{"name": "gpu0\n", "port": 31000, "gpus": [0]}]}, "name 'gpu0\\n' must start with"),
 ])
 def test_invalid_settings_fail_naming_the_value_before_anything_is_written(sim_host, extra_vars, message):
     result = sim_host.run("deploy", extra_vars, json_output=False)
@@ -115,3 +133,40 @@ def test_tp8_with_pcie_nccl_and_eagle3(sim_host, tmp_path):
                  "export NCCL_NTHREADS=512", "    --tp-size 8 \\", "    --speculative-algorithm EAGLE3 \\",
                  f"    --speculative-draft-model-path {draft} \\", "    --speculative-num-draft-tokens 4"):
         assert line in text.splitlines()
+
+
+@pytest.mark.parametrize("playbook, extra_args, message", [
+    # -e passes strings: "-5" is a number to the argument spec, and out of range to the option check.
+    ("relaunch", ("-e", "relaunch_stall_timeout=-5"),
+     "relaunch_stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off"),
+    ("relaunch", ("-e", "relaunch_batch_size=5000"), "relaunch_batch_size=5000 is out of range: use 0-4096"),
+    ("stop", ("-e", "relaunch_gpu_free_timeout=4000"), "relaunch_gpu_free_timeout=4000 is out of range: use 0-3600 s"),
+    # The role's argument spec refuses it first, naming it too.
+    ("relaunch", ("-e", "relaunch_progress_interval=abc"), "argument 'relaunch_progress_interval' is of type str"),
+    # Not in the deploy role's argument spec: the option check names it.
+    ("deploy", ("-e", "relaunch_progress_interval=abc"),
+     "relaunch_progress_interval must be a number (1-600 s), got 'abc'"),
+])
+def test_bad_numbers_fail_before_the_host_is_touched(sim_host, playbook, extra_args, message):
+    result = sim_host.run(playbook, args=extra_args)
+    assert result.rc != 0
+    failed = [host_result["msg"] for _name, host_result, _duration in result.tasks() if host_result.get("failed")]
+    assert len(failed) == 1 and message in failed[0], failed
+    assert result.module_calls() == [], "no module ran on the host"
+    assert not sim_host.script_dir.exists() and not sim_host.log_dir.exists()
+
+
+def test_every_problem_of_settings_and_servers_is_named_on_deploy(sim_host):
+    result = sim_host.run("deploy", {"sglang_mem_fraction_static": 1.0,
+                                     "sglang_speculative": {"algorithm": "NGRAM", "num_steps": 0}}, json_output=False)
+    assert result.rc != 0
+    assert "sglang_mem_fraction_static=1 is out of range: use 0-1 (exclusive)" in result.stdout
+    assert "sglang_speculative.num_steps=0 is out of range: use 1-64" in result.stdout
+
+    servers = [{"name": "a", "port": 31000, "gpus": [0], "mem_fraction": 0.8, "env": ["X=1"]}]
+    typo = sim_host.run("deploy", {"sglang_servers": servers}, json_output=False)
+    assert typo.rc != 0
+    assert "server 'a': unknown key 'mem_fraction'; did you mean 'mem_fraction_static'?" in typo.stdout
+    assert "server 'a': env must be a dict, got a list" in typo.stdout
+    assert "Traceback" not in result.stdout + result.stderr + typo.stdout + typo.stderr
+    assert not sim_host.script_dir.exists()

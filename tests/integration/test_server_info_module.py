@@ -2,7 +2,7 @@
 
 import subprocess
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import ServerProcesses
 
 from .conftest import PYTHON, SGLANG_SIM
 
@@ -51,7 +51,7 @@ def test_drift_nccl_environment_per_worker_and_metrics(ansible, host_args, make_
 
     # Every marker-matched process: main, two schedulers, detokenizer - all with the launch-time values.
     nccl = tuned_info["nccl"]
-    marked = sorted(process.pid for process in procfs.find_marked("tuned"))
+    marked = sorted(ServerProcesses(host_args["state_dir"]).of_server("tuned")[0])
     assert sorted(worker["pid"] for worker in nccl["workers"]) == marked and len(marked) >= 4
     assert any("sglang::scheduler_TP1" in worker["cmdline"] for worker in nccl["workers"])
     assert nccl["expected"] == {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}
@@ -75,7 +75,8 @@ def test_crash_after_ready_is_reported_dead_and_its_log_parses_offline(
         ansible, host_args, make_server, wait_until):
     server = make_server("flaky", [0], fault="crash_after_ready", env={"SGLANG_SIM_FAULT_DELAY": "3"})
     launch_and_wait(ansible, host_args, [server])
-    wait_until(lambda: not procfs.find_marked("flaky"), timeout=15, what="the server to crash after ready")
+    wait_until(lambda: not ServerProcesses(host_args["state_dir"]).of_server("flaky")[0], timeout=15,
+               what="the server to crash after ready")
 
     described = ansible.module("gpuops.sglang.server_info", {"servers": [{"name": "flaky"}],
                                                              "state_dir": host_args["state_dir"]})

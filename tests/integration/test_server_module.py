@@ -334,7 +334,7 @@ def test_foreign_port_owner_is_refused_before_anything_is_killed(server, started
 
 
 def test_stale_server_on_needed_gpu_is_stopped(server, make_server, fake_gpus, host_args):
-    old = fake_gpus.hold(5, mib=4000, server="renamed-away")
+    old = fake_gpus.hold(5, mib=4000, server="renamed-away", deployment=host_args["state_dir"])
     alpha = make_server("alpha", [5])
     # Marked, but unknown to this state_dir: another deployment's server, left alone.
     result = server([alpha])

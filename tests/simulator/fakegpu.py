@@ -9,6 +9,7 @@ A GPU state directory holds:
   driver/gpus/<bus>/information
                          like /proc/driver/nvidia/gpus: maps a GPU's PCI bus id to its "Device Minor"
   bin/nvidia-smi         wrapper running this file with the state dir baked in
+  nvidia-smi-fault       optional: how nvidia-smi misbehaves (see NVIDIA_SMI_FAULTS)
 
 Memory used on GPU N is the sum of the allocations of live processes. A dead process's allocation
 keeps counting for its ``release_delay`` after it is first seen dead, like the driver's deferred
@@ -19,6 +20,10 @@ CLI:
                         [--hide-compute-apps] [--release-delay S] [--fail driver_mismatch]
                         [--minor-offset K]   (device minors K..K+count-1, as in a container given
                                               host GPUs K.. while nvidia-smi numbers them from 0)
+  fakegpu.py fault <dir> hang|empty|truncated|mismatch|none
+                        hang: never answers; empty: prints nothing (rc 0); truncated: output cut in the middle
+                        of the last line, no final newline (rc 0); mismatch: the driver/library version
+                        mismatch message, exit 18; none: behave again
   fakegpu.py nvidia-smi --state-dir <dir> [nvidia-smi arguments]
 """
 
@@ -27,6 +32,7 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -72,6 +78,15 @@ APP_FIELDS = {
     "used_gpu_memory": ("MiB", lambda app: str(app["used_mib"])),
 }
 APP_FIELD_ALIASES = {"name": "process_name", "used_memory": "used_gpu_memory"}
+
+
+NVIDIA_SMI_FAULTS = ("hang", "empty", "truncated", "mismatch")
+# What the real nvidia-smi prints (on stdout) and its exit code when the user-space libraries do not match the
+# loaded kernel driver.
+DRIVER_MISMATCH = (
+    f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {NVML_LIBRARY_VERSION}\n",
+    18,
+)
 
 
 class NvidiaSmiExit(Exception):
@@ -175,6 +190,32 @@ def init(state_dir, count=8, name="NVIDIA H200", total_mib=143771, reserved_mib=
         handle.write(f'#!/bin/sh\nexec python3 {script} nvidia-smi --state-dir {shlex.quote(state_dir)} "$@"\n')
     os.chmod(wrapper, 0o755)
     return config
+
+
+def _fault_file(state_dir):
+    return os.path.join(state_dir, "nvidia-smi-fault")
+
+
+def set_fault(state_dir, fault):
+    """Make nvidia-smi of ``state_dir`` misbehave (one of NVIDIA_SMI_FAULTS), or behave again (None)."""
+    if fault is None:
+        try:
+            os.unlink(_fault_file(state_dir))
+        except FileNotFoundError:
+            pass
+        return
+    if fault not in NVIDIA_SMI_FAULTS:
+        raise ValueError(f"unknown nvidia-smi fault {fault!r}; one of {', '.join(NVIDIA_SMI_FAULTS)}")
+    with open(_fault_file(state_dir), "w") as handle:
+        handle.write(fault + "\n")
+
+
+def current_fault(state_dir):
+    try:
+        with open(_fault_file(state_dir)) as handle:
+            return handle.read().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def load_config(state_dir):
@@ -413,11 +454,27 @@ def _plain_table(gpus, apps, hide_apps):
 
 def nvidia_smi(state_dir, argv):
     """Run one nvidia-smi invocation; returns (stdout text, exit code)."""
+    fault = current_fault(state_dir)
+    if fault == "hang":
+        # Like nvidia-smi stuck in a hung driver: only SIGKILL ends it.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(stop_signal, signal.SIG_IGN)
+        while True:
+            signal.pause()
+    if fault == "empty":
+        return "", 0
+    output, code = _answer(state_dir, argv)
+    if fault == "truncated" and code == 0:
+        # The output stops in the middle of its last line.
+        return output.rstrip("\n")[:-5], 0
+    return output, code
+
+
+def _answer(state_dir, argv):
     try:
         config = load_config(state_dir)
-        if config.get("fail") == "driver_mismatch":
-            raise NvidiaSmiExit("Failed to initialize NVML: Driver/library version mismatch\n"
-                                f"NVML library version: {NVML_LIBRARY_VERSION}\n", 18)
+        if config.get("fail") == "driver_mismatch" or current_fault(state_dir) == "mismatch":
+            raise NvidiaSmiExit(*DRIVER_MISMATCH)
         options = _parse_smi_args(argv)
         _config, gpus, apps = gpu_status(state_dir)
         gpus = _select_gpus(gpus, options.get("--id"))
@@ -454,6 +511,9 @@ def main(argv=None):
     init_parser.add_argument("--fail", choices=["driver_mismatch"])
     init_parser.add_argument("--minor-offset", type=int, default=0,
                              help="device minor of GPU 0 (a container given host GPUs K.. sees them as 0..)")
+    fault_parser = commands.add_parser("fault", help="make nvidia-smi of a GPU state directory misbehave")
+    fault_parser.add_argument("state_dir")
+    fault_parser.add_argument("fault", choices=NVIDIA_SMI_FAULTS + ("none",))
     commands.add_parser("nvidia-smi", help="behave as nvidia-smi: nvidia-smi --state-dir DIR [ARGS]")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["nvidia-smi"]:
@@ -464,6 +524,9 @@ def main(argv=None):
         sys.stdout.write(output)
         return code
     args = parser.parse_args(argv)
+    if args.command == "fault":
+        set_fault(args.state_dir, None if args.fault == "none" else args.fault)
+        return 0
     init(args.state_dir, args.count, args.name, args.total_mib, args.reserved_mib,
          args.hide_compute_apps, args.release_delay, args.fail, args.minor_offset)
     return 0

@@ -201,3 +201,59 @@ def test_init_is_idempotent_and_keeps_allocations(tmp_path, holder):
     fakegpu.allocate(state_dir, holder.pid, 0, 200, "python3")  # pools only grow
     fakegpu.init(state_dir, count=1)
     assert nvidia_smi(state_dir, "--query-gpu=memory.used", "--format=csv,noheader,nounits")[1] == "500\n"
+
+
+GPU_QUERY = ["--query-gpu=index,uuid,name,memory.used,memory.total,memory.free,pci.bus_id",
+             "--format=csv,noheader,nounits"]
+
+
+def set_fault_by_cli(state_dir, fault):
+    subprocess.run([sys.executable, FAKEGPU_SCRIPT, "fault", state_dir, fault], check=True)
+
+
+def test_fault_empty_and_truncated_output(tmp_path):
+    state_dir, _uuid = single_gpu(tmp_path)
+    healthy = nvidia_smi_output(state_dir, *GPU_QUERY)
+    set_fault_by_cli(state_dir, "empty")
+    assert nvidia_smi(state_dir, *GPU_QUERY) == (0, "")
+    set_fault_by_cli(state_dir, "truncated")
+    rc, out = nvidia_smi(state_dir, *GPU_QUERY)
+    assert rc == 0 and not out.endswith("\n") and healthy.startswith(out) and len(out) < len(healthy) - 1
+    set_fault_by_cli(state_dir, "none")
+    assert nvidia_smi_output(state_dir, *GPU_QUERY) == healthy
+    assert not os.path.exists(os.path.join(state_dir, "nvidia-smi-fault"))
+
+
+def test_fault_mismatch_prints_the_real_message_and_exits_18(tmp_path):
+    state_dir, _uuid = single_gpu(tmp_path)
+    set_fault_by_cli(state_dir, "mismatch")
+    rc, out = nvidia_smi(state_dir, *GPU_QUERY)
+    assert rc == 18
+    assert out == "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159\n"
+
+
+def test_fault_hang_ignores_sigterm_and_dies_by_sigkill(tmp_path):
+    state_dir, _uuid = single_gpu(tmp_path)
+    fakegpu.set_fault(state_dir, "hang")
+    process = subprocess.Popen([os.path.join(state_dir, "bin", "nvidia-smi"), *GPU_QUERY],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=1)
+        process.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=0.5)
+    finally:
+        process.kill()
+        assert process.wait(timeout=10) == -signal.SIGKILL
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_unknown_fault_is_refused(tmp_path):
+    state_dir, _uuid = single_gpu(tmp_path)
+    with pytest.raises(ValueError, match="one of hang, empty, truncated, mismatch"):
+        fakegpu.set_fault(state_dir, "slow")
+    result = subprocess.run([sys.executable, FAKEGPU_SCRIPT, "fault", state_dir, "slow"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "invalid choice" in result.stderr

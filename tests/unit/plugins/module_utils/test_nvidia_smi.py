@@ -8,8 +8,10 @@ import sys
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     COMPUTE_APP_FIELDS,
+    DEFAULT_NVIDIA_SMI_TIMEOUT,
     GPU_FIELDS,
     NvidiaSmiError,
+    bounded_runner,
     parse_csv,
     query_compute_apps,
     query_gpus,
@@ -114,3 +116,54 @@ def test_missing_binary(tmp_path):
         query_gpus(run, missing)
     with pytest.raises(NvidiaSmiError, match="no 'nvidia-smi-nowhere' in PATH"):
         query_gpus(run, "nvidia-smi-nowhere")
+
+
+def set_fault(state_dir, fault):
+    subprocess.run([sys.executable, FAKEGPU, "fault", state_dir, fault], check=True)
+
+
+def test_bounded_runner_kills_a_hung_nvidia_smi_and_names_the_command(fake_gpus, tmp_path):
+    nvidia_smi = fake_gpus()
+    set_fault(str(tmp_path), "hang")
+    with pytest.raises(NvidiaSmiError) as error:
+        query_gpus(bounded_runner(1), nvidia_smi)
+    assert str(error.value) == (
+        f"{nvidia_smi} --query-gpu=index,uuid,name,memory.used,memory.total,memory.free,pci.bus_id "
+        "--format=csv,noheader,nounits did not answer within 1 s (nvidia_smi_timeout); the driver may be hung: "
+        "check `nvidia-smi` on the host")
+    assert DEFAULT_NVIDIA_SMI_TIMEOUT == 30
+
+
+def test_bounded_runner_returns_what_run_command_returns(fake_gpus, tmp_path):
+    nvidia_smi = fake_gpus()
+    assert query_gpus(bounded_runner(), nvidia_smi) == query_gpus(run, nvidia_smi)
+    set_fault(str(tmp_path), "mismatch")
+    with pytest.raises(NvidiaSmiError, match="(?s)rc=18.*Driver/library version mismatch.*must be exactly the host"):
+        query_gpus(bounded_runner(), nvidia_smi)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("empty", "printed 0 GPU lines, expected one line per GPU; its output was empty or cut short"),
+    ("truncated", "printed truncated output"),
+])
+def test_empty_or_truncated_output_is_an_error_not_zero_gpus(fake_gpus, tmp_path, fault, message):
+    nvidia_smi = fake_gpus()
+    set_fault(str(tmp_path), fault)
+    with pytest.raises(NvidiaSmiError, match=re.escape(message)):
+        query_gpus(bounded_runner(), nvidia_smi)
+
+
+def test_fewer_gpu_lines_than_ids_asked_for_is_an_error():
+    def one_line(argv):
+        return 0, "0, GPU-x, NVIDIA H200, 0, 143771, 143156, 00000000:00:06.0\n", ""
+    with pytest.raises(NvidiaSmiError, match=r"printed 1 GPU lines, expected 2 lines \(--id=0,1\)"):
+        query_gpus(one_line, "/bin/sh", ids=[0, 1])
+
+
+def test_gpu_line_cut_inside_its_bus_id_is_an_error():
+    with pytest.raises(NvidiaSmiError, match="'00000000:0' for pci.bus_id"):
+        parse_csv("0, GPU-x, NVIDIA H200, 0, 143771, 143156, 00000000:0\n", GPU_FIELDS)
+
+
+def test_no_compute_apps_is_an_empty_list(fake_gpus):
+    assert query_compute_apps(bounded_runner(), fake_gpus()) == []

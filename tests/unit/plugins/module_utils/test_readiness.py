@@ -1,10 +1,9 @@
-"""Pure parts of readiness tracking: run boundaries in unrotated logs and the progress line."""
+"""Pure parts of readiness tracking: run boundaries in unrotated logs."""
 
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
     RunLog,
-    format_progress,
     line_epoch,
 )
 
@@ -62,27 +61,3 @@ def test_run_log_without_launch_time_reads_everything_and_health_checks_are_not_
     assert run.activity_lines == 1
     assert "Capture cuda graph begin" in run.last_activity_line
     assert len(run.tail) == 3
-
-
-def report(name, status, phase, progress=None, **extra):
-    return dict(name=name, status=status, phase=phase, progress=progress or {}, **extra)
-
-
-def test_format_progress_summarises_every_server_not_ready():
-    reports = [report(f"gpu{index}", "ready", "ready") for index in range(5)] + [
-        report("gpu3b", "waiting", "loading_weights", {"weights": {"done": 37, "total": 64}}),
-        report("gpu6", "waiting", "capturing_cuda_graph", {"cuda_graph": None}),
-        report("gpu7", "crashed", "loading_weights"),
-    ]
-    assert format_progress("ct200", reports) == (
-        "ct200: 5/8 ready | gpu3b loading weights 37/64 | gpu6 capturing cuda graph | gpu7 crashed in loading weights")
-
-
-def test_format_progress_names_stalled_killed_and_timed_out_servers():
-    reports = [
-        report("a", "stalled", "capturing_cuda_graph", killed_pids=[41, 42]),
-        report("b", "timeout", "warming_up"),
-        report("c", "waiting", "ready"),
-    ]
-    assert format_progress("h", reports) == (
-        "h: 0/3 ready | a stalled in capturing cuda graph (killed) | b timed out in warming up | c up, health pending")

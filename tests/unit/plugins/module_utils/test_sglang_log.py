@@ -27,6 +27,11 @@ def state_after(*lines):
     return state
 
 
+def timeline_step(entry):
+    """"phase", or "draft:phase" for a step of the draft model."""
+    return entry["phase"] if entry["component"] == "target" else f"{entry['component']}:{entry['phase']}"
+
+
 # fixture -> what the parse must report (facts: a subset; timeline: the phases in order)
 EXPECTED = {
     "classic_tp1_mamba.log": {
@@ -54,8 +59,9 @@ EXPECTED = {
             "cuda_graph_seconds": 17.92, "draft_cuda_graph_seconds": 15.95, "kv_cache_tokens": 2321804,
             "max_running_requests": 48, "available_gpu_mem": 35.54,
         },
-        "timeline": ["initializing", "loading_weights", "allocating_memory", "capturing_cuda_graph", "warming_up",
-                     "ready"],
+        # The draft model loads and captures after the target's graph capture.
+        "timeline": ["initializing", "loading_weights", "allocating_memory", "capturing_cuda_graph",
+                     "draft:loading_weights", "draft:capturing_cuda_graph", "warming_up", "ready"],
         "error": None,
     },
     "new_tp2.log": {
@@ -80,8 +86,9 @@ EXPECTED = {
         "progress": {"weights": {"done": 12, "total": 12}, "cuda_graph": {"done": 20, "total": 20}},
         "facts": {"weight_load_type": "Gemma3ForConditionalGeneration", "weight_load_mem_usage": 8.13,
                   "draft_weight_load_type": "LlamaForCausalLMEagle3", "max_total_num_tokens": 1089760},
-        "timeline": ["initializing", "loading_weights", "allocating_memory", "capturing_cuda_graph", "warming_up",
-                     "ready"],
+        # This release loaded the draft right after the target, before the KV cache and the capture.
+        "timeline": ["initializing", "loading_weights", "draft:loading_weights", "allocating_memory",
+                     "capturing_cuda_graph", "warming_up", "ready"],
         "last_line": "[2025-07-18 09:21:16] The server is fired up and ready to roll!",
         "error": None,
     },
@@ -118,7 +125,9 @@ EXPECTED = {
         "log_format": "classic",
         "progress": {"weights": {"done": 1, "total": 1}, "cuda_graph": {"done": 27, "total": 27}},
         "facts": {"weight_load_type": "LlamaForCausalLM", "cuda_graph_seconds": 12.93},
-        "timeline": ["initializing", "loading_weights", "allocating_memory", "capturing_cuda_graph", "crashed"],
+        # The draft worker failed loading its weights, after the target's capture had ended.
+        "timeline": ["initializing", "loading_weights", "allocating_memory", "capturing_cuda_graph",
+                     "draft:loading_weights", "draft:crashed"],
         "error": {"summary": "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLMEagle3:",
                   "traceback_has": ["self.draft_worker = EAGLEWorker(", "\tsize mismatch for fc.weight"]},
     },
@@ -178,7 +187,7 @@ def test_fixture(name):
     assert result["log_format"] == expected["log_format"]
     assert result["progress"] == expected["progress"]
     assert {key: result["facts"].get(key) for key in expected["facts"]} == expected["facts"]
-    assert [entry["phase"] for entry in result["timeline"]] == expected["timeline"]
+    assert [timeline_step(entry) for entry in result["timeline"]] == expected["timeline"]
     if "last_line" in expected:
         assert result["last_line"] == expected["last_line"]
 
@@ -216,6 +225,7 @@ def test_timeline_keeps_timestamps_with_milliseconds():
     timeline = parse_log(read_fixture("dp_attention_npu.log"))["timeline"]
     assert timeline[1] == {
         "phase": "loading_weights",
+        "component": "target",
         "timestamp": "2026-01-12 10:31:54.003",
         "line": "[2026-01-12 10:31:54.003 DP0 TP0 EP0] Load weight begin. avail mem=60.25 GB",
     }
@@ -516,3 +526,82 @@ def test_follower_reads_head_and_tail_of_a_log_that_is_already_large(tmp_path):
     with log.open("a") as handle:
         handle.write("[2026-11-29 10:00:01] appended\n")
     assert follower.read_new() == ["[2026-11-29 10:00:01] appended"]
+
+
+ISSUE_LOGS = LOGS / "issues"
+
+
+@pytest.mark.parametrize("name, summary, traceback_has", [
+    # 0.4.x: the SIGQUIT handler's own log call failed; Python's logging printed its message.
+    ("sglang_3685_sigquit_logging_error.log",
+     "Message: 'Received sigquit from a child proces. It usually means the child failed.'", None),
+    # Pasted without header and indentation: the exception line after the frames is the error.
+    ("sglang_8974_traceback_without_header.log",
+     "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", "in NCCL_CHECK"),
+    # The handler's RecursionError came first; the child's original exception is the error.
+    ("sglang_4088_recursive_sigquit_handler.log",
+     "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", "in NCCL_CHECK"),
+])
+def test_crash_signatures_of_public_issues(name, summary, traceback_has):
+    result = parse_log((ISSUE_LOGS / name).read_text(encoding="utf-8"))
+    assert result["phase"] == "crashed"
+    assert result["error"]["summary"] == summary
+    if traceback_has is None:
+        assert result["error"]["traceback"] is None
+    else:
+        assert traceback_has in result["error"]["traceback"]
+        assert "RecursionError" not in result["error"]["traceback"]
+
+
+def test_teardown_traceback_after_the_cause_does_not_replace_it():
+    text = (ISSUE_LOGS / "sglang_4088_recursive_sigquit_handler.log").read_text(encoding="utf-8")
+    handler, cause = text.split("[2025-08-08 09:09:09 TP0] ")
+    result = parse_log("[2025-08-08 09:09:09 TP0] " + cause + "[2025-08-08 09:09:09] Received sigquit from a "
+                       "child process. It usually means the child failed.\nTraceback (most recent call last):\n"
+                       + handler.split("\n", 5)[5])
+    assert result["error"]["summary"].startswith("RuntimeError: NCCL error")
+
+
+def test_traceback_without_header_needs_an_exception_line():
+    state = state_after('  File "/x/faulthandler.py", line 3 in wrapper', "Extension modules: numpy",
+                        "[2026-01-01 00:00:00] Load weight begin. avail mem=1.00 GB")
+    assert state.error is None and state.phase == "loading_weights"
+
+
+@pytest.mark.parametrize("line, facts", [
+    ("max_total_num_tokens=12x3, chunked_prefill_size=8192, available_gpu_mem=1.2.3 GB",
+     {"chunked_prefill_size": 8192}),
+    ("max_total_num_tokens=" + "9" * 5000 + ", context_len=4096", {"context_len": 4096}),
+    ("Load weight end. elapsed=1.2.3 s, type=M, avail mem=x GB, mem usage=2.00 GB.",
+     {"weight_load_type": "M", "weight_load_mem_usage": 2.0}),
+    ("KV Cache is allocated. #tokens: 12x3, KV size: 6.48 GB", {"kv_cache_size_gb": 6.48}),
+])
+def test_malformed_numbers_leave_their_fact_unknown(line, facts):
+    assert state_after("[2026-01-01 00:00:00] " + line).facts == facts
+
+
+def test_binary_and_truncated_lines_do_not_stop_parsing():
+    state = LogState()
+    state.feed_text("\x00\xff\ufffd[2026-01-01 00:00\n[2026-01-01 00:00:00 TP" + "9" * 5000 + "] Load weight begin.\n"
+                    "Loading safetensors checkpoint shards:  50% Completed | 4/" + "9" * 5000 + "\n"
+                    "[2026-01-01 00:00:01] Init torch distributed begin.\n")
+    assert state.phase == "loading_weights" and state.progress["weights"] is None
+
+
+def test_draft_crash_reports_the_draft_component():
+    result = parse_log(read_fixture("crash_draft_worker.log"))
+    assert result["component"] == "draft"
+    assert [(entry["phase"], entry["component"]) for entry in result["timeline"][-2:]] == [
+        ("loading_weights", "draft"), ("crashed", "draft")]
+
+
+def test_weight_update_after_ready_is_no_startup_phase():
+    state = state_after("[2026-01-01 00:00:00] Load weight end. type=M", "[2026-01-01 00:00:01] The server is "
+                        "fired up and ready to roll!", "[2026-01-01 00:10:00] Load weight begin. avail mem=1.00 GB")
+    assert (state.phase, state.component) == ("ready", "target")
+
+
+def test_follower_of_an_unreadable_path_gives_no_lines_and_says_why(tmp_path):
+    follower = LogFollower(str(tmp_path))
+    assert follower.read_new() == []
+    assert follower.read_error.startswith(f"cannot read {tmp_path}: Is a directory")

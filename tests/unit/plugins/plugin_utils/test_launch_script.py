@@ -1,7 +1,17 @@
 """What a launch script exports and execs: flags from structured settings, env order, version switches."""
 
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import jinja2
 import pytest
+import yaml
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
+    HOST_SETTINGS,
+    SERVER_SETTINGS,
     LaunchScriptError,
     cache_dirs,
     launch_argv,
@@ -11,7 +21,9 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
 )
 
 SERVER = {"name": "gpu3", "port": 30003, "gpus": [3], "tp_size": 1, "dp_size": 1}
-SETTINGS = {"model_path": "/models/Qwen3-Next", "host": "127.0.0.1", "enable_metrics": True}
+SETTINGS = {"model_path": "/models/Qwen3-Next", "host": "127.0.0.1", "enable_metrics": True,
+            "state_dir": "/var/lib/gpuops-sglang"}
+ROLE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "launch_scripts")
 
 
 def test_default_command_and_core_flags():
@@ -61,7 +73,6 @@ def test_server_entries_override_host_settings_and_merge_extra_args():
 
 
 @pytest.mark.parametrize("settings, expected", [
-    (dict(SETTINGS, extra_args={"port": 1}), "extra arg 'port' duplicates --port"),
     (dict(SETTINGS, speculative={"algorithm": "EAGLE3"}), "EAGLE3 needs draft_model_path"),
     (dict(SETTINGS, speculative={"algorithm": "MEDUSA"}), "speculative algorithm 'MEDUSA' is not valid"),
     (dict(SETTINGS, speculative={"algorithm": "NGRAM", "steps": 3}), "unknown speculative settings steps"),
@@ -78,10 +89,12 @@ def test_env_order_caches_nccl_and_user_overrides():
                     env={"NCCL_BUFFSIZE": "8388608", "TRITON_CACHE_DIR": "/fast/triton", "X": 1})
     env = launch_env(SERVER, settings)
     names = [name for name, _value in env]
-    assert names[:5] == ["GPUOPS_SGLANG_SERVER", "SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES",
-                         "SGLANG_CACHE_DIR"]
+    assert names[:6] == ["GPUOPS_SGLANG_SERVER", "GPUOPS_SGLANG_STATE_DIR", "SPT_NOENV", "CUDA_DEVICE_ORDER",
+                         "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR"]
     values = dict(env)
     assert values["GPUOPS_SGLANG_SERVER"] == "gpu3" and values["CUDA_VISIBLE_DEVICES"] == "3"
+    # A server started from its script by hand or at boot still belongs to its deployment.
+    assert values["GPUOPS_SGLANG_STATE_DIR"] == "/var/lib/gpuops-sglang"
     assert values["SPT_NOENV"] == "1"  # keeps the marker readable in scheduler processes
     assert values["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # CUDA's GPU numbering = nvidia-smi's
     assert values["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor" and values["FLASHINFER_WORKSPACE_BASE"] == "/cache"
@@ -93,13 +106,107 @@ def test_env_order_caches_nccl_and_user_overrides():
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({"CUDA_VISIBLE_DEVICES": "0"}, "CUDA_VISIBLE_DEVICES is managed by the role"),
-    ({"BAD-NAME": "1"}, "'BAD-NAME' is not a valid shell variable name"),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, "sglang_env: CUDA_VISIBLE_DEVICES is managed by the role"),
+    ({"BAD-NAME": "1"}, "sglang_env: 'BAD-NAME' is not a valid shell variable name"),
+    ({"NAME\n": "1"}, r"sglang_env: 'NAME\\n' is not a valid shell variable name"),
     ({"NCCL_NTHREADS": "1024"}, "NCCL_NTHREADS='1024' is not valid"),
+    ({"GPUOPS_SGLANG_SERVER": "other"}, "sglang_env: GPUOPS_SGLANG_SERVER is an ownership marker the role sets"),
+    ({"GPUOPS_SGLANG_STATE_DIR": "/tmp"}, "sglang_env: GPUOPS_SGLANG_STATE_DIR is an ownership marker the role sets"),
+    ({"X": {"nested": 1}}, "sglang_env: X must be a string or number, got a dict"),
 ])
 def test_bad_env_is_named(env, expected):
     with pytest.raises(ValueError, match=expected):
         launch_env(SERVER, dict(SETTINGS, env=env))
+
+
+def test_markers_cannot_be_set_through_a_servers_env():
+    with pytest.raises(LaunchScriptError, match="env of server 'gpu3': GPUOPS_SGLANG_STATE_DIR is an ownership marker"):
+        launch_env(dict(SERVER, env={"GPUOPS_SGLANG_STATE_DIR": "/elsewhere"}), SETTINGS)
+
+
+def test_a_script_needs_the_state_dir_of_its_deployment():
+    with pytest.raises(LaunchScriptError, match="state_dir is required \\(sglang_state_dir\\)"):
+        launch_env(SERVER, dict(SETTINGS, state_dir=None))
+
+
+@pytest.mark.parametrize("extra_args, expected", [
+    ({"port": 1}, "extra arg 'port' is --port, which is rendered from its own variable; set sglang_base_port"),
+    ({"--port": 1}, "extra arg '--port' is --port"),
+    ({"por": 1}, "extra arg 'por' abbreviates \\(argparse prefix\\) --port, .*; set sglang_base_port"),
+    ({"tp": 2}, "extra arg 'tp' abbreviates \\(argparse prefix\\) --tp-size, .*; set sglang_tp_size"),
+    ({"tensor_parallel_size": 2}, "extra arg 'tensor_parallel_size' is --tensor-parallel-size, .*sglang_tp_size"),
+    ({"dp": 2}, "extra arg 'dp' abbreviates .* --dp-size, .*; set sglang_dp_size"),
+    ({"model": "/m"}, "extra arg 'model' is --model, .*; set sglang_model_path"),
+    ({"model_pa": "/m"}, "extra arg 'model_pa' abbreviates .* --model-path, .*; set sglang_model_path"),
+    ({"mem_fraction": 0.8}, "extra arg 'mem_fraction' abbreviates .* --mem-fraction-static, .*sglang_mem_fraction_static"),
+    ({"api_key": "k"}, "extra arg 'api_key' is --api-key, .*; set sglang_api_key"),
+    ({"admin-api-key": "k"}, "extra arg 'admin-api-key' is --admin-api-key, .*; set sglang_api_key"),
+    ({"speculative_draft_model": "/d"}, "is --speculative-draft-model, .*sglang_speculative.draft_model_path"),
+    ({"speculative_num": 3}, "abbreviates .* --speculative-num-steps, .*sglang_speculative.num_steps"),
+    ({"mamba_radix_cache_strategy": "auto"}, "--mamba-radix-cache-strategy, .*sglang_mamba_scheduler_strategy"),
+    ({"port=31000": True}, "extra arg 'port=31000' is not a flag name"),
+    ({"trust remote code": True}, "extra arg 'trust remote code' is not a flag name"),
+    ({"cuda_graph_bs": [1, "--port=31000"]}, "extra arg 'cuda_graph_bs': value '--port=31000' would be parsed as a flag"),
+    ({"chat_template": "--host"}, "extra arg 'chat_template': value '--host' would be parsed as a flag"),
+    ({"chat_template": "-h"}, "extra arg 'chat_template': value '-h' would be parsed as a flag"),
+    ({"json_model_override_args": {"a": 1}}, "extra arg 'json_model_override_args': \\{'a': 1\\} is not a string or number"),
+    ({"cuda_graph_bs": [1], "cuda-graph-bs": [2]}, "extra args 'cuda_graph_bs' and 'cuda-graph-bs' both render --cuda-graph-bs"),
+])
+def test_extra_args_cannot_smuggle_a_rendered_flag(extra_args, expected):
+    with pytest.raises(LaunchScriptError, match=expected):
+        launch_argv(SERVER, dict(SETTINGS, extra_args=extra_args))
+
+
+def test_extra_args_that_only_share_a_beginning_with_a_rendered_flag_pass():
+    extra_args = {"enable_metrics_for_all_schedulers": True, "chunked_prefill_size": -1, "hostname_check": "-0.5"}
+    argv = launch_argv(SERVER, dict(SETTINGS, extra_args=extra_args))
+    assert argv[-5:] == ["--enable-metrics-for-all-schedulers", "--chunked-prefill-size", "-1",
+                         "--hostname-check", "-0.5"]
+
+
+@pytest.mark.parametrize("api_key", ["", "   ", "\n\t"])
+def test_an_empty_api_key_is_refused_without_showing_it(api_key):
+    with pytest.raises(LaunchScriptError, match="sglang_api_key is empty or only whitespace"):
+        launch_argv(SERVER, dict(SETTINGS, api_key=api_key))
+
+
+@pytest.mark.parametrize("api_key", ["line one\nline two", "tab\there", "bell\x07"])
+def test_an_api_key_no_http_client_could_send_is_refused_without_showing_it(api_key):
+    with pytest.raises(LaunchScriptError, match="contains a newline or another control character") as refused:
+        launch_argv(SERVER, dict(SETTINGS, api_key=api_key))
+    assert api_key not in str(refused.value)
+
+
+def _render_script(server, settings):
+    """launch.sh.j2 rendered as the role does (its filters, Ansible's quote = shlex.quote)."""
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROLE_DIR, "templates")),
+                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.filters.update({"gpuops.sglang.launch_env": launch_env, "gpuops.sglang.launch_argv": launch_argv,
+                                "gpuops.sglang.cache_dirs": cache_dirs, "quote": shlex.quote})
+    return environment.get_template("launch.sh.j2").render(
+        ansible_managed="managed", launch_scripts_server=server, launch_scripts_settings=settings)
+
+
+@pytest.mark.parametrize("api_key", [
+    "sk-,'\")}} $HOME `id` $(id) a b",
+    "--port 1",
+    "'",
+])
+def test_an_api_key_reaches_the_server_byte_exact_through_sh(tmp_path, api_key):
+    printer = [sys.executable, "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], dict(os.environ)]))"]
+    settings = dict(SETTINGS, command=printer, api_key=api_key, cache_dir=str(tmp_path / "cache"))
+    script = tmp_path / "gpu3.sh"
+    script.write_text(_render_script(SERVER, settings))
+    started = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True, env={"PATH": os.defpath})
+    argv, env = json.loads(started.stdout)
+    assert argv[argv.index("--api-key") + 1] == api_key and argv.count("--api-key") == 1
+    assert env["GPUOPS_SGLANG_SERVER"] == "gpu3" and env["GPUOPS_SGLANG_STATE_DIR"] == "/var/lib/gpuops-sglang"
+
+
+def test_the_role_hands_over_every_setting_a_server_may_override():
+    with open(os.path.join(ROLE_DIR, "vars", "main.yml")) as handle:
+        role_settings = yaml.safe_load(handle)["launch_scripts_settings"]
+    assert set(role_settings) == set(SERVER_SETTINGS) | set(HOST_SETTINGS)
 
 
 def test_local_model_paths_skip_hub_ids_and_include_drafts():

@@ -39,7 +39,26 @@ def test_explicit_servers_are_normalized_and_keep_their_overrides():
     ([{"name": "a", "port": 1, "gpus": [0, 1, 2], "tp_size": 2}], 8,
      "tp_size=2 x dp_size=1 does not match its 3 GPUs [0, 1, 2]"),
     ([{"name": "a", "port": 1, "gpus": [3, 8]}], 8, "GPU index 8 is beyond the host's GPU count 8 (valid: 0-7)"),
-    ([{"name": "a b", "port": 1, "gpus": [0]}], 8, "name 'a b' may only contain"),
+    ([{"name": "a b", "port": 1, "gpus": [0]}], 8, "name 'a b' must start with a letter or digit and contain only"),
+    # A pattern's $ matches before a trailing newline; the name is matched whole.
+    ([{"name": "gpu0\n", "port": 1, "gpus": [0]}], 8, "name 'gpu0\\n' must start with a letter or digit"),
+    ([{"name": "-x", "port": 1, "gpus": [0]}], 8, "name '-x' must start with a letter or digit"),
+    ([{"name": "a", "port": 1, "gpus": [0], "mem_fraction": 0.8}], 8,
+     "server 'a': unknown key 'mem_fraction'; did you mean 'mem_fraction_static'? an entry takes name, port, gpus"),
+    ([{"name": "a", "port": 1, "gpus": [0], "zzz": 1}], 8, "server 'a': unknown key 'zzz'; an entry takes name"),
+    ([{"name": "a", "port": 1, "gpus": [0], "api_key": "k"}], 8,
+     "server 'a': api_key cannot be set per server; set sglang_api_key for the host"),
+    ([{"name": "a", "port": 1, "gpus": [0], "state_dir": "/x"}], 8, "server 'a': state_dir cannot be set per server"),
+    ([{"name": "a", "port": 1, "gpus": [0], "extra_args": ["--tp", "2"]}], 8,
+     "server 'a': extra_args must be a dict, got a list"),
+    ([{"name": "a", "port": 1, "gpus": [0], "mem_fraction_static": 1.5}], 8,
+     "server 'a': mem_fraction_static=1.5 is out of range: use 0-1 (exclusive)"),
+    ([{"name": "a", "port": 1, "gpus": [0], "context_length": "abc"}], 8,
+     "server 'a': context_length must be a number (1-16777216), got 'abc'"),
+    ([{"name": "a", "port": 1, "gpus": [0], "speculative": {"algorithm": "EAGLE", "num_steps": 0}}], 8,
+     "server 'a': speculative.num_steps=0 is out of range: use 1-64"),
+    ([{"name": "a", "port": 1, "gpus": {"0": 1}}], 8, "gpus {'0': 1} is not a list of GPU indexes"),
+    (["gpu0"], 8, "server #0: 'gpu0' is not a dict with name, port and gpus"),
     ([{"name": "a", "port": 70000, "gpus": [0]}], 8, "port 70000 is not a TCP port"),
     ([{"name": "a", "port": 1, "gpus": ["x"]}], 8, "gpus ['x'] is not a list of GPU indexes"),
     ([{"name": "a", "gpus": [0]}], 8, "server 'a': missing port"),
@@ -72,3 +91,13 @@ def test_paths_follow_the_name_unless_given():
     servers = add_paths([{"name": "gpu0"}, {"name": "x", "log_path": "/l/x"}], "/opt/bin/", "/var/log/s")
     assert servers[0] == {"name": "gpu0", "launch_script": "/opt/bin/gpu0.sh", "log_path": "/var/log/s/gpu0.log"}
     assert servers[1]["log_path"] == "/l/x"
+
+
+def test_a_dict_for_the_server_list_is_named():
+    with pytest.raises(TopologyError, match="sglang_servers must be a list of servers .*, got a dict"):
+        expand_topology({"name": "a", "port": 1, "gpus": [0]})
+
+
+def test_generated_ports_stay_tcp_ports():
+    with pytest.raises(TopologyError, match="server 'gpu1': port 65536 is not a TCP port"):
+        expand_topology(gpu_count=2, base_port=65535)

@@ -1,0 +1,180 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run the kill -> verify -> launch sequence of a host detached from the module that started it.
+
+A Ctrl-C on the controller or a dropped SSH/pct connection kills the module process; if the sequence
+ran in it, servers stopped by then would stay down. So the module forks a worker in a session of its
+own (no terminal, stdin/stdout/stderr on /dev/null, SIGHUP and SIGINT ignored) that runs the sequence
+to the end and records its progress and result in ``<state_dir>/jobs/<job_id>.json``. The module - and
+any later call, of this run or of the next one - only reads that record.
+"""
+
+import json
+import os
+import signal
+import time
+import traceback
+import uuid
+
+JOBS_DIR = "jobs"
+# Finished records kept for the next run to report; older ones are removed.
+KEEP_RECORDS = 20
+POLL_SECONDS = 0.25
+
+
+def _jobs_dir(state_dir):
+    return os.path.join(state_dir, JOBS_DIR)
+
+
+def record_path(state_dir, job_id):
+    return os.path.join(_jobs_dir(state_dir), f"{job_id}.json")
+
+
+def new_job_id():
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def write_record(state_dir, record):
+    path = record_path(state_dir, record["job_id"])
+    tmp_path = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(record, handle, sort_keys=True)
+    os.replace(tmp_path, path)
+
+
+def read_record(state_dir, job_id):
+    try:
+        fd = os.open(record_path(state_dir, job_id), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd) as handle:
+        try:
+            record = json.load(handle)
+        except ValueError:
+            return None
+    return record if isinstance(record, dict) else None
+
+
+def _worker_alive(record):
+    pid = record.get("worker_pid")
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def start(state_dir, job_id, work, meta, keep_fds=()):
+    """Fork ``work(progress)`` into a detached worker; returns once the worker runs.
+
+    ``progress(snapshot)`` stores a progress snapshot in the record; the return value of ``work`` is
+    stored as the result (an exception as an error). ``keep_fds`` stay open in the worker (the host
+    lock: it is released when the worker exits).
+    """
+    os.makedirs(_jobs_dir(state_dir), 0o700, exist_ok=True)
+    record = dict(meta, job_id=job_id, status="running", started=time.time(), progress=None, result=None,
+                  reported=False, worker_pid=None)
+    write_record(state_dir, record)
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            current = read_record(state_dir, job_id) or record
+            if current.get("worker_pid") or current["status"] != "running":
+                return current
+            time.sleep(0.01)
+        raise RuntimeError(f"the worker of job {job_id} did not start")
+    # First child: new session, then fork again so the worker is not a session leader (no terminal).
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        _run_worker(state_dir, record, work, keep_fds)
+    finally:
+        os._exit(0)
+
+
+def _run_worker(state_dir, record, work, keep_fds):
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    # Nothing of the module's (its pipe to the connection above all) may stay open in the worker.
+    first = 3
+    for fd in sorted(keep_fds) + [min(os.sysconf("SC_OPEN_MAX"), 65536)]:
+        os.closerange(first, fd)
+        first = fd + 1
+    record["worker_pid"] = os.getpid()
+    write_record(state_dir, record)
+
+    def progress(snapshot):
+        record["progress"] = snapshot
+        write_record(state_dir, record)
+
+    try:
+        record["result"] = work(progress)
+        record["status"] = "done"
+    except Exception as exc:  # noqa: BLE001 pylint: disable=broad-except - the record is the only place to say it
+        record["status"] = "error"
+        record["result"] = {"failed": True, "msg": f"the host-side sequence failed: {exc}",
+                            "traceback": traceback.format_exc()}
+    record["finished"] = time.time()
+    write_record(state_dir, record)
+    _prune(state_dir)
+
+
+def follow(state_dir, job_id, until):
+    """The record once the job is done, or its latest state at ``until`` (epoch seconds)."""
+    while True:
+        record = read_record(state_dir, job_id)
+        if record is None:
+            return None
+        if record["status"] != "running":
+            return record
+        if not _worker_alive(record):
+            # Killed (SIGKILL, OOM, reboot) before it could write its result.
+            record.update(status="lost", result={
+                "failed": True, "msg": f"the worker (pid {record.get('worker_pid')}) of job {job_id} died before "
+                                       "it finished; servers it was stopping or launching may be down"})
+            return record
+        if time.time() >= until:
+            return record
+        time.sleep(POLL_SECONDS)
+
+
+def mark_reported(state_dir, record):
+    record["reported"] = True
+    write_record(state_dir, record)
+
+
+def unreported(state_dir):
+    """Finished records whose result no caller picked up (an interrupted run), oldest first."""
+    records = []
+    for job_id in _job_ids(state_dir):
+        record = read_record(state_dir, job_id)
+        if record and not record.get("reported") and (record["status"] != "running" or not _worker_alive(record)):
+            records.append(record)
+    return records
+
+
+def _job_ids(state_dir):
+    try:
+        names = os.listdir(_jobs_dir(state_dir))
+    except OSError:
+        return []
+    return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
+
+
+def _prune(state_dir):
+    for job_id in _job_ids(state_dir)[:-KEEP_RECORDS]:
+        record = read_record(state_dir, job_id)
+        if record is not None and record.get("reported"):
+            try:
+                os.unlink(record_path(state_dir, job_id))
+            except OSError:
+                pass

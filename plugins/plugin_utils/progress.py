@@ -1,0 +1,74 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Progress lines the action plugins print on the controller while the host side works."""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    progress_suffix,
+)
+
+_PHASE_WORDS = {"capturing_cuda_graph": "capturing cuda graph", "loading_weights": "loading weights",
+                "allocating_memory": "allocating memory", "warming_up": "warming up"}
+# A server whose log has not moved for this long says so: "gpu3 loading weights 12/64, silent for 40 s".
+SILENT_AFTER_SECONDS = 30
+
+
+def phase_words(phase, component=None):
+    words = _PHASE_WORDS.get(phase, (phase or "").replace("_", " "))
+    return f"{words} (draft model)" if component == "draft" else words
+
+
+def format_wait_progress(host, reports):
+    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed``."""
+    ready = sum(1 for report in reports if report["status"] == "ready")
+    parts = [f"{host}: {ready}/{len(reports)} ready"]
+    for report in reports:
+        status, phase = report["status"], report["phase"]
+        if status == "ready":
+            continue
+        name, words = report["name"], phase_words(phase, report.get("component"))
+        if status in ("waiting", "starting"):
+            text = f"{name} up, health pending" if phase == "ready" else (
+                f"{name} {words}{progress_suffix(phase, report['progress'])}")
+            silent = report.get("silent_s")
+            if silent is not None and silent >= SILENT_AFTER_SECONDS:
+                text += f", silent for {silent:.0f} s"
+            parts.append(text)
+        elif status == "crashed":
+            parts.append(f"{name} crashed in {words}")
+        elif status == "stalled":
+            parts.append(f"{name} stalled in {words}{' (killed)' if report.get('killed_pids') else ''}")
+        elif status == "replaced":
+            parts.append(f"{name} replaced by another run")
+        else:
+            parts.append(f"{name} timed out in {words}")
+    return " | ".join(parts)
+
+
+def _server_step_words(server):
+    step, seconds = server["step"], server["seconds"]
+    if step == "stopping":
+        return f"draining {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
+    if step == "killing":
+        return f"SIGKILL sent: it ignored SIGTERM for the whole stop_timeout ({server['processes_left']} left)"
+    if step == "verifying":
+        busy = {gpu: mib for gpu, mib in (server.get("gpu_used_mib") or {}).items() if mib}
+        if server.get("port_holders"):
+            return f"waiting {seconds:.0f} s for its port to be released"
+        if busy:
+            held = ", ".join(f"GPU {gpu} {mib} MiB" for gpu, mib in sorted(busy.items()))
+            return f"waiting {seconds:.0f} s for GPU memory to be freed ({held})"
+        return "verifying its GPUs are free"
+    return "FAILED, down"  # step "failed": the final result says why
+
+
+def format_server_progress(host, progress):
+    """``ct200: 6/8 stopped or launched | gpu3 draining 12 s after SIGTERM (2 processes left) | ...``."""
+    if not progress or not progress.get("servers"):
+        return None
+    servers = progress["servers"]
+    done = [server for server in servers if server["step"] == "done"]
+    parts = [f"{host}: {len(done)}/{len(servers)} stopped or launched after {progress['elapsed']:.0f} s"]
+    parts += [f"{server['name']} {_server_step_words(server)}" for server in servers if server["step"] != "done"]
+    return " | ".join(parts)

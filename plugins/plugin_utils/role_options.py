@@ -1,0 +1,128 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ranges and types of the roles' variables, checked on the controller before any host is touched.
+
+Role argument specs check types only, and not at all for ``-e name=value`` strings; this table is the
+one place the roles' numeric ranges live (a variable handed to a module takes the module's range).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    count,
+    fraction,
+    kind,
+    range_problem,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import WAIT_RANGES
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import LOCK_RANGES
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+    SERVER_RANGES,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
+    api_key_problem,
+)
+
+ROLE_OPTION_RANGES = {
+    # Topology of the generated layout (explicit servers are checked entry by entry by the topology).
+    "sglang_gpu_count": count(1, 1024),
+    "sglang_tp_size": count(1, 1024),
+    "sglang_dp_size": count(1, 1024),
+    "sglang_base_port": count(1, 65535),
+    # SGLang flags; a sglang_servers entry overriding one (without the sglang_ prefix) gets the same range.
+    "sglang_base_gpu_id": count(0, 1023),
+    "sglang_mem_fraction_static": fraction(0, 1),
+    "sglang_max_running_requests": count(1, 1048576),
+    "sglang_context_length": count(1, 16777216),
+    "sglang_max_mamba_cache_size": count(1, 1048576),
+    "sglang_mamba_full_memory_ratio": fraction(0, 10),
+    # gpuops.sglang.relaunch: the variables passed to a module take that module's range, so the role never
+    # accepts what the module would refuse on the host.
+    "relaunch_batch_size": count(0, 4096),
+    "relaunch_stop_timeout": SERVER_RANGES["stop_timeout"],
+    "relaunch_gpu_free_timeout": SERVER_RANGES["gpu_free_timeout"],
+    "relaunch_gpu_free_threshold_mib": SERVER_RANGES["gpu_free_threshold_mib"],
+    "relaunch_lock_timeout": SERVER_RANGES["lock_timeout"],
+    "relaunch_lock_lease_timeout": LOCK_RANGES["lease_timeout"],
+    "relaunch_log_generations": SERVER_RANGES["log_generations"],
+    "sglang_nvidia_smi_timeout": SERVER_RANGES["nvidia_smi_timeout"],
+    "relaunch_wait_timeout": WAIT_RANGES["timeout"],
+    "relaunch_stall_timeout": WAIT_RANGES["stall_timeout"],
+    "relaunch_probe_timeout": WAIT_RANGES["probe_timeout"],
+    "relaunch_progress_interval": WAIT_RANGES["progress_interval"],
+}
+
+# Numeric keys of sglang_speculative (and of a server's speculative override).
+SPECULATIVE_RANGES = {
+    "num_steps": count(1, 64),
+    "eagle_topk": count(1, 64),
+    "num_draft_tokens": count(1, 1024),
+}
+
+# A wrong collection type is named here instead of failing deep in a filter.
+COLLECTION_TYPES = {
+    "sglang_servers": (list, "a list of servers ({name, port, gpus, ...})"),
+    "sglang_env": (dict, "a dict {NAME: value}"),
+    "sglang_extra_args": (dict, "a dict {flag_name: value}"),
+    "sglang_speculative": (dict, "a dict {algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens}"),
+    "relaunch_expect": (dict, "a dict {fact: {min: N, max: N}} or {fact: N}"),
+}
+
+
+def _number(value):
+    """Numbers as they are, numeric strings (``-e name=5`` passes strings) as numbers; anything else unchanged."""
+    if isinstance(value, str):
+        text = value.strip()
+        for convert in (int, float):
+            try:
+                return convert(text)
+            except ValueError:
+                pass
+    return value
+
+
+def value_problem(name, value, option_range):
+    """``range_problem`` for a role variable, which may hold a numeric string."""
+    return range_problem(name, _number(value), option_range)
+
+
+def speculative_problems(speculative, name):
+    """Range problems of the numeric keys of a speculative dict, named ``<name>.<key>``."""
+    return [problem for key, option_range in SPECULATIVE_RANGES.items()
+            if speculative.get(key) not in (None, "")
+            for problem in [value_problem(f"{name}.{key}", speculative[key], option_range)] if problem]
+
+
+def override_problems(server, label):
+    """Range problems of the settings a sglang_servers entry overrides, prefixed with ``label``."""
+    problems = []
+    for key, value in server.items():
+        option_range = ROLE_OPTION_RANGES.get(f"sglang_{key}")
+        # Port and parallelism of an entry are the topology's to check (against its GPUs).
+        if option_range and key not in ("port", "tp_size", "dp_size") and value is not None:
+            problem = value_problem(key, value, option_range)
+            if problem:
+                problems.append(f"{label}: {problem}")
+    if isinstance(server.get("speculative"), dict):
+        problems += [f"{label}: {problem}" for problem in speculative_problems(server["speculative"], "speculative")]
+    return problems
+
+
+def option_problems(values):
+    """Every problem of the role variables in ``values`` (absent or null ones are skipped), one message each."""
+    problems = []
+    for name, option_range in ROLE_OPTION_RANGES.items():
+        if values.get(name) is not None:
+            problem = value_problem(name, values[name], option_range)
+            if problem:
+                problems.append(problem)
+    for name, (expected_type, shape) in COLLECTION_TYPES.items():
+        value = values.get(name)
+        if value is not None and not isinstance(value, expected_type):
+            # Only the type is named: the value may hold secrets (an env, a key in extra args).
+            problems.append(f"{name} must be {shape}, got a {kind(value)}")
+    if isinstance(values.get("sglang_speculative"), dict):
+        problems += speculative_problems(values["sglang_speculative"], "sglang_speculative")
+    api_key = api_key_problem(values.get("sglang_api_key"))
+    if api_key:
+        problems.append(api_key)
+    return problems

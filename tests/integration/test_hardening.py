@@ -1,0 +1,220 @@
+"""Faults stay local, interruptions finish on the host, two runs never interleave, numbers are checked first.
+
+Real ansible-playbook runs of the modules against simulated servers on a fake GPU host (docs/reliability.md
+lists which fault each test covers).
+"""
+
+import http.server
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+SERVER = "gpuops.sglang.server"
+WAIT = "gpuops.sglang.wait"
+LOCK = "gpuops.sglang.host_lock"
+
+
+def read_state(host_args, name):
+    with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:
+        return json.load(handle)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def descendants(root):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.fixture
+def launched(ansible, host_args, fake_gpus, wait_until):
+    """``launched(*specs)`` starts the servers through the module and waits until each holds GPU memory."""
+    def launch(*specs, **options):
+        result = ansible.module(SERVER, dict(host_args, servers=list(specs), **options))
+        assert not result.get("failed"), result.get("msg")
+        for spec in specs:
+            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 1024 for gpu in spec["gpus"]),
+                       what=f"{spec['name']} holding GPU memory")
+        return {server["name"]: server["pid"] for server in result["servers"]}
+    return launch
+
+
+def test_a_gpu_that_is_not_freed_leaves_only_its_own_server_down(ansible, host_args, make_server, launched):
+    slow = make_server("slow", [1], fault="slow_release", env={"SGLANG_SIM_RELEASE_DELAY": "60"})
+    others = [make_server("a", [0]), make_server("b", [2])]
+    before = launched(slow, *others)
+    result = ansible.module(SERVER, dict(host_args, servers=[slow, *others], state="restarted",
+                                         gpu_free_timeout=2, progress_interval=1))
+    assert result["failed"], result
+    assert result.get("down") == ["slow"], result
+    assert "slow is down: GPU memory not freed within gpu_free_timeout=2 s" in result["msg"]
+    assert "GPU 1" in result["msg"] and "The others were handled: a, b" in result["msg"]
+    by_name = {server["name"]: server for server in result["servers"]}
+    assert by_name["slow"]["down"] and by_name["slow"]["pid"] is None
+    for spec in others:
+        pid = by_name[spec["name"]]["pid"]
+        assert pid != before[spec["name"]] and alive(pid), f"{spec['name']} relaunched and running"
+        assert not by_name[spec["name"]]["down"]
+
+
+def test_the_stop_phase_is_visible_while_a_server_ignores_sigterm(ansible, host_args, make_server, launched):
+    stubborn = make_server("stubborn", [0], fault="ignore_sigterm")
+    launched(stubborn)
+    run = ansible.start_module(SERVER, dict(host_args, servers=[stubborn], state="restarted", stop_timeout=3,
+                                            progress_interval=1))
+    result = run.result(timeout=120)
+    assert not result.get("failed"), result.get("msg")
+    assert result["servers"][0]["killed"][0]["signal"] == "SIGKILL"
+    # The json callback keeps no display lines; the progress snapshots reached the controller as slice results
+    # (shown by the action plugin) - their words are unit-tested in tests/unit/plugins/plugin_utils/test_progress.py.
+    assert result["servers"][0]["timings"]["stop_s"] >= 3
+
+
+def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_it(
+        ansible, host_args, make_server, launched, wait_until):
+    stubborn = make_server("stubborn", [0], fault="ignore_sigterm")
+    other = make_server("other", [1])
+    before = launched(stubborn, other)
+    run = ansible.start_module(SERVER, dict(host_args, servers=[stubborn, other], state="restarted",
+                                            stop_timeout=4, progress_interval=1))
+    jobs = os.path.join(host_args["state_dir"], "jobs")
+    wait_until(lambda: os.path.isdir(jobs) and os.listdir(jobs), what="the job to start")
+    time.sleep(1)
+    # The operator's Ctrl-C, or a dropped connection: ansible-playbook and the module process die.
+    for pid in [run.process.pid] + descendants(run.process.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    run.process.wait(timeout=10)
+    wait_until(lambda: all(read_state(host_args, name)["pid"] != before[name] for name in before),
+               timeout=30, what="the worker to relaunch both servers on its own")
+    for name in before:
+        assert alive(read_state(host_args, name)["pid"])
+    again = ansible.module(SERVER, dict(host_args, servers=[stubborn, other]))
+    assert not again.get("failed"), again.get("msg")
+    assert again["changed"] is False
+    [interrupted] = again["interrupted_runs"]
+    assert sorted(interrupted["servers"]) == ["other relaunched", "stubborn relaunched"]
+    assert ansible.module(SERVER, dict(host_args, servers=[stubborn, other]))["interrupted_runs"] == [], \
+        "reported once"
+
+
+def test_a_second_run_waits_for_the_host_and_fails_naming_the_holder(ansible, host_args):
+    state_dir = {"state_dir": host_args["state_dir"]}
+    first = ansible.module(LOCK, dict(state_dir, lock_timeout=0))
+    assert not first.get("failed"), first.get("msg")
+    second = ansible.module(LOCK, dict(state_dir, lock_timeout=2, progress_interval=1))
+    assert second["failed"]
+    assert f"host held by run {first['run_id']}" in second["msg"]
+    assert "gave up after lock_timeout=2 s" in second["msg"]
+    # The first run's ansible-playbook is gone (same controller): a later run takes its hold over at once.
+    third = ansible.module(LOCK, dict(state_dir, lock_timeout=30, progress_interval=1))
+    assert not third.get("failed"), third.get("msg")
+    assert third["taken_over"]["run_id"] == first["run_id"]
+
+
+def test_a_run_whose_hold_was_taken_over_touches_nothing(ansible, host_args, make_server, launched):
+    server = make_server("a", [0])
+    pid = launched(server)["a"]
+    state_dir = {"state_dir": host_args["state_dir"]}
+    mine = ansible.module(LOCK, dict(state_dir))
+    theirs = ansible.module(LOCK, dict(state_dir, take_over=mine["run_id"]))
+    assert theirs["taken_over"]["run_id"] == mine["run_id"]
+    result = ansible.module(SERVER, dict(host_args, servers=[server], state="restarted", run_id=mine["run_id"]))
+    assert result["failed"]
+    assert f"this run ({mine['run_id']}) no longer holds the host: it is now held by run {theirs['run_id']}" \
+        in result["msg"]
+    assert read_state(host_args, "a")["pid"] == pid and alive(pid), "nothing was killed"
+
+
+def test_the_wait_reports_a_server_another_run_replaced(ansible, host_args, make_server, launched):
+    server = make_server("a", [0])
+    first_pid = launched(server)["a"]
+    launched(server, state="restarted")
+    result = ansible.module(WAIT, {"state_dir": host_args["state_dir"], "timeout": 30,
+                                   "servers": [{"name": "a", "pid": first_pid}]})
+    [report] = result["servers"]
+    assert report["status"] == "replaced"
+    assert "a replaced by another run: it now runs as pid" in report["msg"]
+
+
+@pytest.mark.parametrize("module, option, value, message", [
+    (WAIT, "stall_timeout", -5, "stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off"),
+    (WAIT, "timeout", 0, "timeout=0 is out of range: use 1-604800 s"),
+    (WAIT, "probe_timeout", -1, "probe_timeout=-1 is out of range: use 1-600 s"),
+    (WAIT, "progress_interval", 0, "progress_interval=0 is out of range: use 1-600 s"),
+    (SERVER, "stop_timeout", -1, "stop_timeout=-1 is out of range: use 0-3600 s"),
+    (SERVER, "gpu_free_timeout", 1e9, "gpu_free_timeout=1e+09 is out of range: use 0-3600 s"),
+    (SERVER, "log_generations", 0, "log_generations=0 is out of range: use 1-100"),
+    (SERVER, "nvidia_smi_timeout", 0, "nvidia_smi_timeout=0 is out of range: use 1-600 s"),
+    (LOCK, "lease_timeout", 5, "lease_timeout=5 is out of range: use 60-86400 s"),
+])
+def test_every_number_is_checked_before_any_process_is_touched(
+        ansible, host_args, make_server, launched, module, option, value, message):
+    server = make_server("a", [0])
+    pid = launched(server)["a"]
+    args = {"state_dir": host_args["state_dir"], option: value}
+    if module == SERVER:
+        args.update(host_args, servers=[server], state="restarted", **{option: value})
+    elif module == WAIT:
+        args.update(servers=[{"name": "a"}], kill_stalled=True)
+    result = ansible.module(module, args)
+    assert result["failed"]
+    assert message in result["msg"]
+    assert read_state(host_args, "a")["pid"] == pid and alive(pid), "the healthy server was left alone"
+
+
+class _SlowHealth(http.server.BaseHTTPRequestHandler):
+    """Answers 200 to everything, but only after two seconds - like a busy server that serves."""
+
+    def do_GET(self):
+        time.sleep(2)
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_whose_health_answers_200_is_never_stall_killed(ansible, tmp_path):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowHealth)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        log = tmp_path / "silent.log"
+        log.write_text("")
+        result = ansible.module(WAIT, {"state_dir": str(tmp_path / "state"), "timeout": 30, "stall_timeout": 1,
+                                       "kill_stalled": True, "progress_interval": 1,
+                                       "servers": [{"name": "busy", "port": httpd.server_address[1],
+                                                    "log_path": str(log)}]})
+    finally:
+        httpd.shutdown()
+    [report] = result["servers"]
+    assert report["status"] == "ready", report["msg"]
+    assert report["killed_pids"] == []

@@ -1,0 +1,125 @@
+"""Ranges and types of the roles' variables: refused outside, accepted on the boundary, documented in the specs."""
+
+import os
+
+import pytest
+import yaml
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    describe,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
+    ROLE_OPTION_RANGES,
+    SPECULATIVE_RANGES,
+    option_problems,
+)
+
+ROLES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+# Set by gpuops.sglang.relaunch from what the host reported, never by a user.
+INTERNAL = {"launch_scripts_host_gpu_count"}
+
+
+def _argument_specs():
+    """(role, entry point, option name, option spec) of both roles."""
+    for role in ("launch_scripts", "relaunch"):
+        with open(os.path.join(ROLES_DIR, role, "meta", "argument_specs.yml")) as handle:
+            for entry, spec in yaml.safe_load(handle)["argument_specs"].items():
+                for name, option in spec["options"].items():
+                    yield role, entry, name, option
+
+
+def _step(option_range):
+    return 1 if option_range.integer else 0.001
+
+
+@pytest.mark.parametrize("name", sorted(ROLE_OPTION_RANGES))
+def test_values_outside_the_range_are_refused_naming_variable_and_range(name):
+    option_range = ROLE_OPTION_RANGES[name]
+    for outside in (option_range.low - _step(option_range), option_range.high + _step(option_range)):
+        if outside == option_range.off:
+            continue
+        problems = option_problems({name: outside})
+        assert len(problems) == 1 and problems[0].startswith(f"{name}=")
+        assert problems[0].endswith(f"is out of range: use {describe(option_range)}")
+
+
+@pytest.mark.parametrize("name", sorted(ROLE_OPTION_RANGES))
+def test_boundaries_and_numeric_strings_are_accepted(name):
+    option_range = ROLE_OPTION_RANGES[name]
+    if option_range.exclusive:
+        inside = [option_range.low + 0.001, option_range.high - 0.001]
+        assert option_problems({name: option_range.low}) and option_problems({name: option_range.high})
+    else:
+        inside = [option_range.low, option_range.high]
+    for value in inside:
+        assert option_problems({name: value}) == []
+        # -e name=value passes a string.
+        assert option_problems({name: str(value)}) == []
+
+
+@pytest.mark.parametrize("value, message", [
+    (-5, "relaunch_stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off"),
+    ("-5", "relaunch_stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off"),
+    ("abc", "relaunch_stall_timeout must be a number (1-86400 s, or 0 to turn it off), got 'abc'"),
+    (True, "relaunch_stall_timeout must be a number (1-86400 s, or 0 to turn it off), got True"),
+    (float("nan"), "relaunch_stall_timeout must be a number"),
+    (float("inf"), "relaunch_stall_timeout=inf is out of range"),
+])
+def test_wrong_values_of_a_timeout_are_named(value, message):
+    assert option_problems({"relaunch_stall_timeout": value})[0].startswith(message)
+
+
+def test_zero_turns_the_stall_timeout_off():
+    assert option_problems({"relaunch_stall_timeout": 0}) == []
+    assert option_problems({"relaunch_stall_timeout": "0"}) == []
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"relaunch_batch_size": 1.5}, "relaunch_batch_size must be an integer (0-4096), got 1.5"),
+    ({"sglang_gpu_count": "2.5"}, "sglang_gpu_count must be an integer (1-1024), got 2.5"),
+    ({"sglang_base_port": 0}, "sglang_base_port=0 is out of range: use 1-65535"),
+    ({"sglang_mem_fraction_static": 1}, "sglang_mem_fraction_static=1 is out of range: use 0-1 (exclusive)"),
+    ({"relaunch_gpu_free_threshold_mib": -1}, "relaunch_gpu_free_threshold_mib=-1 is out of range: use 0-1048576"),
+    ({"relaunch_wait_timeout": 0}, "relaunch_wait_timeout=0 is out of range: use 1-604800 s"),
+    ({"sglang_speculative": {"algorithm": "EAGLE3", "num_draft_tokens": 2000}},
+     "sglang_speculative.num_draft_tokens=2000 is out of range: use 1-1024"),
+    ({"sglang_servers": {"name": "a"}}, "sglang_servers must be a list of servers ({name, port, gpus, ...}), got a dict"),
+    ({"sglang_env": ["A=1"]}, "sglang_env must be a dict {NAME: value}, got a list"),
+    ({"sglang_extra_args": "--tp 2"}, "sglang_extra_args must be a dict {flag_name: value}, got a string"),
+    ({"sglang_speculative": "EAGLE3"}, "sglang_speculative must be a dict"),
+    ({"relaunch_expect": [1]}, "relaunch_expect must be a dict"),
+    ({"sglang_api_key": " \t"}, "sglang_api_key is empty or only whitespace"),
+    ({"sglang_api_key": ""}, "sglang_api_key is empty or only whitespace"),
+    ({"sglang_api_key": {"k": 1}}, "sglang_api_key must be a string, got a dict"),
+])
+def test_bad_values_are_named(values, message):
+    problems = option_problems(values)
+    assert len(problems) == 1 and problems[0].startswith(message), problems
+
+
+def test_unset_variables_are_skipped_and_every_problem_is_listed():
+    assert option_problems({"sglang_context_length": None, "relaunch_wait_timeout": None}) == []
+    assert len(option_problems({"relaunch_wait_timeout": 0, "relaunch_probe_timeout": 601})) == 2
+
+
+def test_a_key_never_appears_in_a_message():
+    assert all("secret" not in problem for problem in option_problems({"sglang_api_key": ["secret"]}))
+
+
+def test_every_numeric_variable_of_the_roles_has_a_range_documented_in_its_spec():
+    for role, entry, name, option in _argument_specs():
+        if option["type"] in ("int", "float") and name not in INTERNAL:
+            assert name in ROLE_OPTION_RANGES, f"{role} {entry}: {name} has no range"
+        if name in ROLE_OPTION_RANGES:
+            assert f"Range {describe(ROLE_OPTION_RANGES[name])}." in option["description"], f"{role} {entry}: {name}"
+        if name == "sglang_speculative":
+            for key, option_range in SPECULATIVE_RANGES.items():
+                assert f"C({key}) ({describe(option_range)})" in option["description"]
+
+
+def test_every_ranged_variable_has_a_default_in_a_role():
+    defaults = {}
+    for role in ("launch_scripts", "relaunch"):
+        with open(os.path.join(ROLES_DIR, role, "defaults", "main.yml")) as handle:
+            defaults.update(yaml.safe_load(handle))
+    assert set(ROLE_OPTION_RANGES) <= set(defaults)
+    assert option_problems(defaults) == [], "the defaults are inside their ranges"

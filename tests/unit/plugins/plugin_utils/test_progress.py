@@ -1,0 +1,62 @@
+"""Progress lines the action plugins print: the wait's per-host line and the server module's stop phase."""
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (
+    format_server_progress,
+    format_wait_progress,
+)
+
+
+def report(name, status, phase, progress=None, **extra):
+    return dict(name=name, status=status, phase=phase, progress=progress or {}, **extra)
+
+
+def test_format_wait_progress_summarises_every_server_not_ready():
+    reports = [report(f"gpu{index}", "ready", "ready") for index in range(5)] + [
+        report("gpu3b", "waiting", "loading_weights", {"weights": {"done": 37, "total": 64}}),
+        report("gpu6", "waiting", "capturing_cuda_graph", {"cuda_graph": None}),
+        report("gpu7", "crashed", "loading_weights"),
+    ]
+    assert format_wait_progress("ct200", reports) == (
+        "ct200: 5/8 ready | gpu3b loading weights 37/64 | gpu6 capturing cuda graph | gpu7 crashed in loading weights")
+
+
+def test_format_wait_progress_names_stalled_killed_and_timed_out_servers():
+    reports = [
+        report("a", "stalled", "capturing_cuda_graph", killed_pids=[41, 42]),
+        report("b", "timeout", "warming_up"),
+        report("c", "waiting", "ready"),
+    ]
+    assert format_wait_progress("h", reports) == (
+        "h: 0/3 ready | a stalled in capturing cuda graph (killed) | b timed out in warming up | c up, health pending")
+
+
+def test_wait_progress_says_how_long_a_server_has_been_silent():
+    reports = [report("gpu3", "waiting", "loading_weights", {"weights": {"done": 12, "total": 64}}, silent_s=41.2),
+               report("gpu4", "waiting", "loading_weights", {"weights": {"done": 30, "total": 64}}, silent_s=2.0)]
+    assert format_wait_progress("ct200", reports) == (
+        "ct200: 0/2 ready | gpu3 loading weights 12/64, silent for 41 s | gpu4 loading weights 30/64")
+
+
+def step(name, step, seconds=0.0, action="relaunched", **extra):
+    return dict({"name": name, "step": step, "seconds": seconds, "action": action, "processes_left": 0,
+                 "signal": None, "gpu_used_mib": {}, "port_holders": [], "error": None}, **extra)
+
+
+def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down():
+    progress = {"elapsed": 31.4, "servers": [
+        step("gpu0", "done"),
+        step("gpu1", "stopping", 12.3, processes_left=3, signal="SIGTERM"),
+        step("gpu2", "killing", 0.5, processes_left=1, signal="SIGKILL"),
+        step("gpu3", "verifying", 8.0, gpu_used_mib={"3": 40000}),
+        step("gpu4", "failed", 60.0, error="gpu4 is down: ..."),
+    ]}
+    assert format_server_progress("ct200", progress) == (
+        "ct200: 1/5 stopped or launched after 31 s"
+        " | gpu1 draining 12 s after SIGTERM (3 processes left)"
+        " | gpu2 SIGKILL sent: it ignored SIGTERM for the whole stop_timeout (1 left)"
+        " | gpu3 waiting 8 s for GPU memory to be freed (GPU 3 40000 MiB)"
+        " | gpu4 FAILED, down")
+
+
+def test_server_progress_is_silent_without_a_snapshot():
+    assert format_server_progress("ct200", None) is None
