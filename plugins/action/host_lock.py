@@ -7,11 +7,7 @@ import os
 import socket
 import uuid
 
-from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
-    host_label,
-    run_in_slices,
-)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import SlicedAction
 
 
 def controller_process_alive(pid):
@@ -27,16 +23,13 @@ def controller_process_alive(pid):
     return True
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = True
+class ActionModule(SlicedAction):
+    MODULE = "gpuops.sglang.host_lock"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
+    def module_args(self, task_vars):
         args = dict(self._task.args)
         if args.get("state", "acquired") == "acquired":
-            # The worker process of ansible-playbook: its parent is the ansible-playbook process of this run.
+            # This runs in a worker process of ansible-playbook: its parent is the run's ansible-playbook.
             args["run"] = {
                 "run_id": args.pop("run_id", None) or uuid.uuid4().hex,
                 "controller": socket.gethostname(),
@@ -44,18 +37,15 @@ class ActionModule(ActionBase):
                 "user": getpass.getuser(),
                 "awx_job_id": str(task_vars.get("awx_job_id") or task_vars.get("tower_job_id") or "") or None,
             }
-        host = host_label(self, task_vars)
+        return args
 
-        def progress_line(answer):
-            return f"{host}: waiting for the host, held by {answer['holder_text']}" if answer.get("holder") else None
+    def progress_line(self, host, answer):
+        return f"{host}: waiting for the host, held by {answer['holder_text']}" if answer.get("holder_text") else None
 
-        def next_args(answer, module_args):
-            holder = answer.get("holder")
-            # Our own controller can tell a dead run from a slow one; other controllers' runs must expire.
-            if holder and holder.get("controller") == socket.gethostname() and \
-                    not controller_process_alive(holder.get("controller_pid")):
-                return dict(module_args, take_over=holder["run_id"])
-            return module_args
-
-        result.update(run_in_slices(self, "gpuops.sglang.host_lock", args, task_vars, progress_line, next_args))
-        return result
+    def next_args(self, answer, module_args):
+        holder = answer.get("holder")
+        # Our own controller can tell a dead run from a slow one; other controllers' runs must expire.
+        if holder and holder.get("controller") == socket.gethostname() and \
+                not controller_process_alive(holder.get("controller_pid")):
+            return dict(module_args, take_over=holder["run_id"])
+        return module_args

@@ -2,23 +2,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runs gpuops.sglang.server in slices and prints which servers are still stopping, and why."""
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (
     format_server_progress,
 )
-from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
-    host_label,
-    run_in_slices,
-)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import SlicedAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = True
+class ActionModule(SlicedAction):
+    MODULE = "gpuops.sglang.server"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        host = host_label(self, task_vars)
-        result.update(run_in_slices(self, "gpuops.sglang.server", self._task.args, task_vars,
-                                    lambda answer: format_server_progress(host, answer.get("progress"))))
-        return result
+    def progress_line(self, host, answer):
+        # The snapshot is for these lines only, not part of the task's result.
+        return format_server_progress(host, answer.pop("progress", None))

@@ -16,6 +16,11 @@ import time
 import traceback
 import uuid
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    read_json_object,
+    write_atomic,
+)
+
 JOBS_DIR = "jobs"
 # Finished records kept for the next run to report; older ones are removed.
 KEEP_RECORDS = 20
@@ -35,25 +40,11 @@ def new_job_id():
 
 
 def write_record(state_dir, record):
-    path = record_path(state_dir, record["job_id"])
-    tmp_path = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record, handle, sort_keys=True)
-    os.replace(tmp_path, path)
+    write_atomic(record_path(state_dir, record["job_id"]), json.dumps(record, sort_keys=True), 0o600)
 
 
 def read_record(state_dir, job_id):
-    try:
-        fd = os.open(record_path(state_dir, job_id), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd) as handle:
-        try:
-            record = json.load(handle)
-        except ValueError:
-            return None
-    return record if isinstance(record, dict) else None
+    return read_json_object(record_path(state_dir, job_id))
 
 
 def _worker_alive(record):

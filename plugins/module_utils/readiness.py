@@ -81,7 +81,7 @@ WAIT_RANGES = dict(
     HTTP_RANGES,
     timeout=option_ranges.seconds(1, 7 * 86400),
     stall_timeout=option_ranges.seconds(1, 86400, off=0),
-    progress_interval=option_ranges.seconds(1, 600),
+    progress_interval=option_ranges.seconds(0.1, 600),
 )
 
 _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")

@@ -19,6 +19,11 @@ import os
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    open_lock_file,
+    read_json_object,
+    write_atomic,
+)
 
 LEASE_NAME = "run.json"
 _LEASE_LOCK_NAME = ".run.lock"
@@ -26,7 +31,7 @@ _LEASE_LOCK_NAME = ".run.lock"
 LOCK_RANGES = {
     "lock_timeout": option_ranges.seconds(0, 86400),
     "lease_timeout": option_ranges.seconds(60, 86400),
-    "progress_interval": option_ranges.seconds(1, 600),
+    "progress_interval": option_ranges.seconds(0.1, 600),
 }
 
 
@@ -38,7 +43,7 @@ class RunLockError(Exception):
 def _lease_file_lock(state_dir):
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
-    fd = os.open(os.path.join(state_dir, _LEASE_LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    fd = open_lock_file(os.path.join(state_dir, _LEASE_LOCK_NAME))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read-modify-write only: milliseconds
         yield
@@ -47,25 +52,12 @@ def _lease_file_lock(state_dir):
 
 
 def read_lease(state_dir):
-    try:
-        fd = os.open(os.path.join(state_dir, LEASE_NAME), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd) as handle:
-        try:
-            lease = json.load(handle)
-        except ValueError:
-            return None
-    return lease if isinstance(lease, dict) and lease.get("run_id") else None
+    lease = read_json_object(os.path.join(state_dir, LEASE_NAME))
+    return lease if lease and lease.get("run_id") else None
 
 
 def _write_lease(state_dir, lease):
-    path = os.path.join(state_dir, LEASE_NAME)
-    tmp_path = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(lease, handle, sort_keys=True)
-    os.replace(tmp_path, path)  # replaces a symlink at path, never writes through it
+    write_atomic(os.path.join(state_dir, LEASE_NAME), json.dumps(lease, sort_keys=True), 0o644)
 
 
 def _remove_lease(state_dir):

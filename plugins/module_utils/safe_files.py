@@ -14,6 +14,7 @@ Stdlib only: runs on the target.
 """
 
 import errno
+import json
 import os
 import shutil
 import stat
@@ -96,6 +97,15 @@ def read_no_follow(path, max_bytes=None):
         if max_bytes is not None and info.st_size > max_bytes:
             handle.seek(info.st_size - max_bytes)
         return handle.read()
+
+
+def read_json_object(path):
+    """The JSON object in ``path``, or None when it is absent, unreadable, a symlink or not an object."""
+    try:
+        document = json.loads(read_no_follow(path).decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def _replace_atomically(path, mode, fill):

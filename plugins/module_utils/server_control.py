@@ -67,7 +67,7 @@ SERVER_RANGES = dict(
     gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
     lock_timeout=option_ranges.seconds(0, 86400),
     log_generations=option_ranges.count(1, 100),
-    progress_interval=option_ranges.seconds(1, 600),
+    progress_interval=option_ranges.seconds(0.1, 600),
 )
 
 STATES = ("started", "restarted", "stopped")
@@ -288,6 +288,9 @@ class ServerControl:
         self.foreign = {}
         self.stale = {}
         self.timings = {}
+        # What happened to whom, in order, for the progress lines: {"server", "event", "at_s", ...}.
+        self.events = []
+        self.act_started = None
         self.scripts = {script["name"]: script for script in params.get("scripts") or []}
         self.secrets = list(params.get("secrets") or [])
 
@@ -348,7 +351,7 @@ class ServerControl:
         ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
 
         def judge(pid, what, needing):
-            if pid in doomed or pid in self.owner.protected:
+            if pid in doomed:
                 return
             info = procfs.read_process(pid)
             if info is None:
@@ -357,7 +360,7 @@ class ServerControl:
             if owner.verdict == "foreign":
                 if what.startswith("GPU") and any(pattern.search(info.cmdline) for pattern in ignored):
                     return  # daemons such as nvidia-persistenced keep every device node open without memory
-                if what.startswith("GPU") and self.params["force_kill_gpu_holders"]:
+                if what.startswith("GPU") and self.params["force_kill_gpu_holders"] and pid not in self.owner.protected:
                     self.foreign[pid] = dict(procfs.describe(pid), holds=what)
                     for plan in needing:
                         plan.blockers[pid] = info
@@ -376,6 +379,9 @@ class ServerControl:
             elif owner.server in planned:
                 problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, "
                                 "which this run leaves running")
+            elif pid in self.owner.protected:
+                problems.append(f"{what} is held by pid {pid} ({info.cmdline}), which runs this module (an ancestor "
+                                "of it); refusing to touch it")
             elif read_state(self.state_dir, owner.server) is None:
                 problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, which has "
                                 f"no state file in {self.state_dir} (another deployment?); stop it first")
@@ -415,6 +421,13 @@ class ServerControl:
 
     # ---- acting (in the detached worker) -------------------------------------------------------
 
+    def _event(self, plan, event, now, **details):
+        self.events.append(dict(details, server=plan.name, event=event, at_s=round(now - self.act_started, 1)))
+
+    def _fail(self, plan, now, error, down):
+        plan.fail(now, error, down)
+        self._event(plan, "failed", now, error=error)
+
     def _signal(self, plan, sig, now):
         reached = self.owner.signal(plan.targets(), [plan.group] if plan.group else [], sig)
         plan.last_signal.update((pid, signal.Signals(sig).name) for pid in reached)
@@ -434,17 +447,22 @@ class ServerControl:
             if alive and in_step < self.params["stop_timeout"]:
                 return
             self._rescan(plan)
-            if self.owner.still_alive(plan.targets()):
+            left = self.owner.still_alive(plan.targets())
+            if left:
+                # After the whole stop_timeout it ignored SIGTERM; before it, children spawned while it shut down.
+                self._event(plan, "sigkill", now, after_s=round(in_step, 1), processes=len(left),
+                            ignored_sigterm=bool(alive))
                 self._signal(plan, signal.SIGKILL, now)
                 return
         elif alive:
             if in_step >= SIGKILL_GRACE_SECONDS:
                 survivors = ", ".join(f"{pid} ({info.cmdline}, state {_state_of(pid)})"
                                       for pid, info in sorted(alive.items()))
-                plan.fail(now, f"{plan.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} s "
+                self._fail(plan, now, f"{plan.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} s "
                                f"(uninterruptible, e.g. stuck in the driver): {survivors}", down=True)
             return
         plan.timings["stop_s"] = round(now - plan.stop_started, 3)
+        self._event(plan, "stopped", now, stop_s=plan.timings["stop_s"])
         plan.enter(STEP_VERIFYING, now)
 
     def _advance_verify(self, plan, used, query_error, now):
@@ -457,6 +475,7 @@ class ServerControl:
             plan.timings["gpu_free_s"] = round(now - plan.step_since, 3)
             if plan.launches:
                 self._launch(plan)
+                self._event(plan, "launched", now, pid=plan.launched["pid"])
             else:
                 remove_state(self.state_dir, plan.name)
             plan.enter(STEP_DONE, now)
@@ -469,16 +488,16 @@ class ServerControl:
             holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in busy})
             described = []
             for gpu in busy:
-                who = ", ".join(process_text(pid) for pid in holders.get(gpu, [])) or (
+                who = "held by " + ", ".join(process_text(pid) for pid in holders[gpu]) if holders.get(gpu) else (
                     "no process here holds the device (a process outside this container, or the driver)")
-                memory = f"{used[gpu]} MiB used" if gpu in used else f"memory unknown ({query_error})"
-                described.append(f"GPU {gpu} {memory}, held by {who}")
-            plan.fail(now, f"{plan.name} {down}: GPU memory not freed within gpu_free_timeout="
+                memory = f"still uses {used[gpu]} MiB" if gpu in used else f"memory unknown ({query_error})"
+                described.append(f"GPU {gpu} {memory}; {who}")
+            self._fail(plan, now, f"{plan.name} {down}: GPU memory not freed within gpu_free_timeout="
                            f"{self.params['gpu_free_timeout']:g} s (threshold {threshold} MiB): " + "; ".join(described),
                       down=True)
             plan.gpu_holders = {str(gpu): [procfs.describe(pid) for pid in holders.get(gpu, [])] for gpu in busy}
         else:
-            plan.fail(now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="
+            self._fail(plan, now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="
                            f"{self.params['gpu_free_timeout']:g} s by "
                            + ", ".join(process_text(pid) for pid in plan.port_holders), down=True)
 
@@ -518,15 +537,21 @@ class ServerControl:
             "launched_at": time.time(), "pid_starttime": info.starttime if info else None,
             "run_id": self.params.get("run_id"),
         }
-        write_state(self.state_dir, plan.name, plan.launched)
-        if spec.get("pid_file"):
-            safe_files.write_atomic(spec["pid_file"], f"{process.pid}\n", 0o644)
+        try:
+            write_state(self.state_dir, plan.name, plan.launched)
+            if spec.get("pid_file"):
+                safe_files.write_atomic(spec["pid_file"], f"{process.pid}\n", 0o644)
+        except OSError as exc:
+            # A server nobody recorded would be found only by its marker: stop it rather than leave it half-known.
+            self.owner.kill_now(plan.name)
+            plan.launched = {}
+            raise LaunchError(f"{plan.name} was not launched: cannot record its state in {self.state_dir}: {exc}")
         plan.timings["launch_s"] = round(time.monotonic() - started, 3)
 
     def act(self, plans, progress):
         """The sequence, per server at its own pace; ``progress(snapshot)`` is called about once a second."""
         acting = [plan for plan in plans if plan.changes]
-        started = time.monotonic()
+        started = self.act_started = time.monotonic()
         for plan in acting:
             plan.stop_started = started
             if plan.targets():
@@ -546,11 +571,12 @@ class ServerControl:
                     try:
                         self._advance_verify(plan, used, query_error, now)
                     except (LaunchError, OSError) as exc:  # SafeFileError is an OSError
-                        plan.fail(now, str(exc), down=True)
+                        self._fail(plan, now, str(exc), down=True)
             pending = [plan for plan in acting if plan.step not in (STEP_DONE, STEP_FAILED)]
             if not pending or now - last_report >= 1.0:
                 last_report = now
-                progress({"elapsed": round(now - started, 1), "servers": [plan.progress(now) for plan in acting]})
+                progress({"elapsed": round(now - started, 1), "servers": [plan.progress(now) for plan in acting],
+                          "events": self.events})
             if not pending:
                 break
             time.sleep(_POLL_SECONDS)
@@ -671,9 +697,12 @@ class ServerControl:
                 mark_lock_holder(lock_fd)
                 return dict(self.act(plans, progress), **extra)
 
-            host_job.start(self.state_dir, job_id, work,
-                           {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans]},
-                           keep_fds=(lock_fd,))
+            try:
+                host_job.start(self.state_dir, job_id, work,
+                               {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans]},
+                               keep_fds=(lock_fd,))
+            except OSError as exc:
+                raise ServerControlError(f"cannot record the job in {self.state_dir}: {exc}; no server was stopped")
         finally:
             release_host_lock(lock_fd)
         return follow(self.state_dir, job_id, time.time() + slice_seconds)
@@ -701,15 +730,21 @@ class LaunchError(Exception):
     """One server could not be launched; the others go on."""
 
 
-def follow(state_dir, job_id, until):
-    """The job's final result (marked reported), or a progress result with ``carry`` while it runs."""
+def follow(state_dir, job_id, until, events_seen=0):
+    """The job's final result (marked reported), or a progress result with ``carry`` while it runs.
+
+    Either carries ``progress``: the latest snapshot, with only the events the caller has not seen.
+    """
     record = host_job.follow(state_dir, job_id, until)
     if record is None:
         raise ServerControlError(f"the record of job {job_id} is gone from {state_dir}")
+    progress = dict(record.get("progress") or {})
+    events = progress.get("events") or []
+    progress["events"] = events[events_seen:]
     if record["status"] == "running":
-        return {"changed": True, "carry": {"job": job_id}, "progress": record.get("progress")}
+        return {"changed": True, "carry": {"job": job_id, "events_seen": len(events)}, "progress": progress}
     host_job.mark_reported(state_dir, record)
-    return record["result"]
+    return dict(record["result"], progress=progress)
 
 
 def _interrupted_summary(record):

@@ -15,6 +15,7 @@ import time
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import read_process
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     open_lock_file,
+    read_json_object,
     write_atomic,
 )
 
@@ -33,12 +34,7 @@ def state_path(state_dir, name):
 
 def read_state(state_dir, name):
     """The recorded state of server ``name``, or None when there is none (or it is unreadable)."""
-    try:
-        with open(state_path(state_dir, name)) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(state_path(state_dir, name))
 
 
 def write_state(state_dir, name, data):

@@ -52,7 +52,7 @@ options:
     description: The id of a run known to be dead whose hold is replaced at once, while it still holds the host.
     type: str
   progress_interval:
-    description: Seconds between progress lines while waiting (1-600).
+    description: Seconds between progress lines while waiting (0.1-600).
     type: float
     default: 10
   run:
@@ -146,7 +146,8 @@ def main():
                                  f"lock_timeout={params['lock_timeout']:g} s. If that run is dead, wait for its lease "
                                  f"to expire or take it over with take_over={holder['run_id']} "
                                  "(relaunch_take_over_run)", holder=holder, run_id=run["run_id"])
-        if now >= slice_end:
+        # The first answer comes at once, so the action plugin can tell a dead holder of this controller.
+        if now >= slice_end or params["_carry"] is None:
             module.exit_json(changed=False, run_id=run["run_id"], holder=holder,
                              holder_text=run_lock.describe_holder(holder, now), carry={"started": started})
         time.sleep(_RETRY_SECONDS)

@@ -64,7 +64,9 @@ attributes:
         nothing and takes no lock.
   diff_mode:
     support: full
-    details: Per server before and after - running, pid, port, GPUs, launch script and its sha256, log path.
+    details:
+      - A list - first per server before and after (running, pid, port, GPUs, launch script and its sha256, log
+        path), then one diff per changed O(scripts) entry, with every API key hidden.
   idempotent:
     support: full
     details:
@@ -155,7 +157,7 @@ options:
     type: int
     default: 5
   progress_interval:
-    description: Seconds between progress reports while the sequence runs (1-600).
+    description: Seconds between progress reports while the sequence runs (0.1-600).
     type: float
     default: 10
   _carry:
@@ -409,7 +411,9 @@ def main():
     params = module.params
     try:
         if params["_carry"]:
-            result = follow(params["state_dir"], params["_carry"]["job"], time.time() + params["progress_interval"])
+            carry = params["_carry"]
+            result = follow(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
+                            carry.get("events_seen", 0))
         else:
             result = ServerControl(params, check_mode=module.check_mode).apply(params["progress_interval"])
     except ServerControlError as exc:

@@ -101,7 +101,7 @@ options:
     default: false
   progress_interval:
     description:
-      - Seconds between progress lines (1-600). Each slice of polling on the host lasts about this long (longer
+      - Seconds between progress lines (0.1-600). Each slice of polling on the host lasts about this long (longer
         only while a health request is still in flight), so this is also the cost in round trips to the host.
     type: float
     default: 10

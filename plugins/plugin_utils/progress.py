@@ -51,24 +51,43 @@ def _server_step_words(server):
     if step == "stopping":
         return f"draining {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
     if step == "killing":
-        return f"SIGKILL sent: it ignored SIGTERM for the whole stop_timeout ({server['processes_left']} left)"
-    if step == "verifying":
-        busy = {gpu: mib for gpu, mib in (server.get("gpu_used_mib") or {}).items() if mib}
-        if server.get("port_holders"):
-            return f"waiting {seconds:.0f} s for its port to be released"
-        if busy:
-            held = ", ".join(f"GPU {gpu} {mib} MiB" for gpu, mib in sorted(busy.items()))
-            return f"waiting {seconds:.0f} s for GPU memory to be freed ({held})"
-        return "verifying its GPUs are free"
-    return "FAILED, down"  # step "failed": the final result says why
+        return f"SIGKILL sent {seconds:.0f} s ago ({server['processes_left']} processes left)"
+    busy = {gpu: mib for gpu, mib in (server.get("gpu_used_mib") or {}).items() if mib}
+    if server.get("port_holders"):
+        return f"waiting {seconds:.0f} s for its port to be released"
+    if busy:
+        held = ", ".join(f"GPU {gpu} {mib} MiB" for gpu, mib in sorted(busy.items()))
+        return f"waiting {seconds:.0f} s for GPU memory to be freed ({held})"
+    return "verifying its GPUs are free"
+
+
+def _event_words(event):
+    kind = event["event"]
+    if kind == "sigkill":
+        why = ("it ignored SIGTERM for the whole stop_timeout" if event.get("ignored_sigterm")
+               else "processes it spawned while shutting down")
+        return f"SIGKILL sent {event['after_s']:.0f} s after SIGTERM: {why} ({event['processes']} processes)"
+    if kind == "stopped":
+        return f"stopped in {event['stop_s']:.1f} s"
+    if kind == "launched":
+        return f"launched (pid {event['pid']})"
+    return f"FAILED: {event['error']}"
 
 
 def format_server_progress(host, progress):
-    """``ct200: 6/8 stopped or launched | gpu3 draining 12 s after SIGTERM (2 processes left) | ...``."""
+    """What happened since the last line, one line each, then where every unfinished server stands:
+
+    ``ct200: gpu5 SIGKILL sent 30 s after SIGTERM: it ignored SIGTERM ...`` and
+    ``ct200: 6/8 stopped or launched after 31 s | gpu3 draining 12 s after SIGTERM (2 processes left)``.
+    """
     if not progress or not progress.get("servers"):
         return None
+    lines = [f"{host}: {event['server']} {_event_words(event)}" for event in progress.get("events") or []
+             if event["event"] in ("sigkill", "failed")]
     servers = progress["servers"]
-    done = [server for server in servers if server["step"] == "done"]
-    parts = [f"{host}: {len(done)}/{len(servers)} stopped or launched after {progress['elapsed']:.0f} s"]
-    parts += [f"{server['name']} {_server_step_words(server)}" for server in servers if server["step"] != "done"]
-    return " | ".join(parts)
+    pending = [server for server in servers if server["step"] not in ("done", "failed")]
+    if pending:
+        done = len([server for server in servers if server["step"] == "done"])
+        lines.append(" | ".join([f"{host}: {done}/{len(servers)} stopped or launched after {progress['elapsed']:.0f} s"]
+                                + [f"{server['name']} {_server_step_words(server)}" for server in pending]))
+    return "\n".join(lines) or None

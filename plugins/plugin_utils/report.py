@@ -38,7 +38,15 @@ def _percent(value):
     return None if value is None else f"{100 * value:.0f}%"
 
 
-def relaunch_summary(servers, server_results, wait_results):
+def interrupted_lines(interrupted_runs):
+    """What earlier runs did that nobody saw finish (Ctrl-C, a dropped connection), one line each."""
+    return [f"an earlier run was interrupted (job {run['job_id']}, run {run.get('run_id') or '-'}); its host-side "
+            f"sequence finished on its own: {', '.join(run['servers']) or 'nothing changed'}"
+            + (f"; DOWN: {', '.join(run['down'])}" if run.get("down") else "")
+            for run in interrupted_runs or []]
+
+
+def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None):
     """One line per server: GPUs, port, what the server module did, readiness and what it configured."""
     actions, waits = _by_name(server_results), _by_name(wait_results)
     rows = []
@@ -62,7 +70,7 @@ def relaunch_summary(servers, server_results, wait_results):
               "max_running_requests"]
     down = [result["name"] for result in server_results or [] if result.get("down")]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
-    return [title] + _table(header, rows)
+    return [title] + interrupted_lines(interrupted_runs) + _table(header, rows)
 
 
 # Lines of a crashed server's traceback carried into the failure message; the whole one is in the wait result.
@@ -158,7 +166,7 @@ def fleet_status(servers, info_results, gpus):
     return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
 
 
-def stop_summary(server_results):
+def stop_summary(server_results, interrupted_runs=None):
     """One line per stopped server with the memory left on each of its GPUs."""
     rows = []
     for result in server_results:
@@ -166,7 +174,7 @@ def stop_summary(server_results):
         action = f"{result['action']}: FAILED" if result.get("error") else result["action"]
         rows.append([result["name"], _gpus(result) if result.get("gpus") else None, action,
                      ",".join(str(after[gpu]) for gpu in sorted(after, key=int)) or None])
-    return _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)
+    return interrupted_lines(interrupted_runs) + _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)
 
 
 # server_info statuses that fail status.yml: nothing serves there, or something of ours is left behind.
@@ -180,10 +188,13 @@ def fleet_problems(info_results):
         if info.get("status") not in FAILING_STATUSES:
             continue
         error = ((info.get("log") or {}).get("error") or {}).get("summary")
+        phase = (info.get("log") or {}).get("phase") or "unknown"
         if info["status"] == "orphaned":
             pids = ", ".join(str(process["pid"]) for process in info.get("processes") or [])
             text = f"{info['name']} orphaned: its main process is gone but pids {pids} still run"
+        elif info["status"] == "dead":
+            text = f"{info['name']} dead: launched, but no process of it is left (its log ends in phase {phase})"
         else:
-            text = f"{info['name']} {info['status']} in {(info.get('log') or {}).get('phase') or 'unknown phase'}"
+            text = f"{info['name']} crashed in {phase}"
         problems.append(text + (f": {error}" if error else ""))
     return problems

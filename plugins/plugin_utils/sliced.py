@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Run a module of this collection in bounded slices, showing a progress line after each.
+"""Action plugins that run a module of this collection in bounded slices, with a progress line after each.
 
 A slice returns after about ``progress_interval`` seconds with ``carry`` (what the next slice needs)
 or without it when the work is done; the host side polls, the controller only reports.
@@ -8,32 +8,46 @@ or without it when the work is done; the host side polls, the controller only re
 
 from __future__ import annotations
 
+from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
 
 
-def run_in_slices(action, module_name, module_args, task_vars, progress_line, next_args=None):
-    """Call ``module_name`` until it returns no ``carry``; ``progress_line(result)`` -> str or None.
+class SlicedAction(ActionBase):
+    """Subclasses name ``MODULE`` and say what a slice's answer means in ``progress_line``."""
 
-    ``next_args(result, module_args)``, when given, returns the arguments of the next slice.
-    """
-    carry = None
-    try:
-        while True:
-            result = action._execute_module(module_name=module_name, module_args=dict(module_args, _carry=carry),
-                                            task_vars=task_vars)
-            line = progress_line(result)
-            if line:
-                display.display(line)
-            carry = result.pop("carry", None)
-            if carry is None:
-                return result
-            if next_args is not None:
-                module_args = next_args(result, module_args)
-    finally:
-        action._remove_tmp_path(action._connection._shell.tmpdir)
+    TRANSFERS_FILES = False
+    _requires_connection = True
+    MODULE = None
 
+    def module_args(self, task_vars):
+        return dict(self._task.args)
 
-def host_label(action, task_vars):
-    return (task_vars or {}).get("inventory_hostname", action._play_context.remote_addr)
+    def progress_line(self, host, answer):
+        """The line to show after a slice, or None."""
+        raise NotImplementedError
+
+    def next_args(self, answer, module_args):
+        """The arguments of the next slice."""
+        return module_args
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
+        module_args, carry = self.module_args(task_vars), None
+        try:
+            while True:
+                answer = self._execute_module(module_name=self.MODULE, module_args=dict(module_args, _carry=carry),
+                                              task_vars=task_vars)
+                line = self.progress_line(host, answer)
+                if line:
+                    display.display(line)
+                carry = answer.pop("carry", None)
+                if carry is None:
+                    result.update(answer)
+                    return result
+                module_args = self.next_args(answer, module_args)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -212,14 +212,20 @@ class PlaybookRun:
         self.playbook = playbook
         self.rc = None
         self.stdout = self.stderr = ""
+        self.progress = []
 
     def results(self, timeout=120):
         self.stdout, self.stderr = self.process.communicate(timeout=timeout)
         self.rc = self.process.returncode
+        # Progress lines of the sliced modules (wait, server, host_lock) precede the JSON report.
+        start = 0 if self.stdout.startswith("{") else self.stdout.find("\n{") + 1
         try:
-            report = json.loads(self.stdout)
+            report = json.loads(self.stdout[start:]) if start >= 0 else None
         except ValueError:
+            report = None
+        if report is None:
             pytest.fail(f"ansible-playbook printed no JSON (rc={self.rc}):\n{self.stdout}\n{self.stderr}")
+        self.progress = self.stdout[:start].splitlines()
         return [task["hosts"]["localhost"] for play in report["plays"] for task in play["tasks"]]
 
     def result(self, timeout=120):

@@ -88,9 +88,10 @@ def test_the_stop_phase_is_visible_while_a_server_ignores_sigterm(ansible, host_
     result = run.result(timeout=120)
     assert not result.get("failed"), result.get("msg")
     assert result["servers"][0]["killed"][0]["signal"] == "SIGKILL"
-    # The json callback keeps no display lines; the progress snapshots reached the controller as slice results
-    # (shown by the action plugin) - their words are unit-tested in tests/unit/plugins/plugin_utils/test_progress.py.
-    assert result["servers"][0]["timings"]["stop_s"] >= 3
+    # Seconds one after another while it drains, then why it is killed - not 3 silent seconds.
+    assert any("stubborn draining" in line and "after SIGTERM" in line for line in run.progress), run.progress
+    assert "localhost: stubborn SIGKILL sent 3 s after SIGTERM: it ignored SIGTERM for the whole stop_timeout " \
+        "(3 processes)" in run.progress, run.progress
 
 
 def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_it(
@@ -98,11 +99,19 @@ def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_i
     stubborn = make_server("stubborn", [0], fault="ignore_sigterm")
     other = make_server("other", [1])
     before = launched(stubborn, other)
+    jobs = os.path.join(host_args["state_dir"], "jobs")
+    earlier = set(os.listdir(jobs))
     run = ansible.start_module(SERVER, dict(host_args, servers=[stubborn, other], state="restarted",
                                             stop_timeout=4, progress_interval=1))
-    jobs = os.path.join(host_args["state_dir"], "jobs")
-    wait_until(lambda: os.path.isdir(jobs) and os.listdir(jobs), what="the job to start")
-    time.sleep(1)
+
+    def stopping():
+        for name in set(os.listdir(jobs)) - earlier:
+            with open(os.path.join(jobs, name)) as handle:
+                if json.load(handle).get("progress"):
+                    return True
+        return False
+
+    wait_until(stopping, what="the worker to start stopping the servers")
     # The operator's Ctrl-C, or a dropped connection: ansible-playbook and the module process die.
     for pid in [run.process.pid] + descendants(run.process.pid):
         try:
@@ -123,18 +132,25 @@ def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_i
         "reported once"
 
 
-def test_a_second_run_waits_for_the_host_and_fails_naming_the_holder(ansible, host_args):
+def test_a_second_run_waits_for_the_host_and_fails_naming_the_holder(ansible, host_args, wait_until):
     state_dir = {"state_dir": host_args["state_dir"]}
-    first = ansible.module(LOCK, dict(state_dir, lock_timeout=0))
-    assert not first.get("failed"), first.get("msg")
+    lease = os.path.join(host_args["state_dir"], "run.json")
+    first = ansible.start_playbook([{"name": "hold", LOCK: state_dir},
+                                    {"name": "work", "ansible.builtin.pause": {"seconds": 20}}])
+    wait_until(lambda: os.path.exists(lease), what="the first run to hold the host")
+    with open(lease) as handle:
+        holder = json.load(handle)
     second = ansible.module(LOCK, dict(state_dir, lock_timeout=2, progress_interval=1))
     assert second["failed"]
-    assert f"host held by run {first['run_id']}" in second["msg"]
+    assert f"host held by run {holder['run_id']} (user " in second["msg"]
+    assert f"pid {first.process.pid}, since " in second["msg"]
     assert "gave up after lock_timeout=2 s" in second["msg"]
-    # The first run's ansible-playbook is gone (same controller): a later run takes its hold over at once.
+    # The first run dies without releasing the host (same controller): the next run takes its hold over at once.
+    first.process.kill()
+    first.process.wait()
     third = ansible.module(LOCK, dict(state_dir, lock_timeout=30, progress_interval=1))
     assert not third.get("failed"), third.get("msg")
-    assert third["taken_over"]["run_id"] == first["run_id"]
+    assert third["taken_over"]["run_id"] == holder["run_id"]
 
 
 def test_a_run_whose_hold_was_taken_over_touches_nothing(ansible, host_args, make_server, launched):
@@ -166,9 +182,9 @@ def test_the_wait_reports_a_server_another_run_replaced(ansible, host_args, make
     (WAIT, "stall_timeout", -5, "stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off"),
     (WAIT, "timeout", 0, "timeout=0 is out of range: use 1-604800 s"),
     (WAIT, "probe_timeout", -1, "probe_timeout=-1 is out of range: use 1-600 s"),
-    (WAIT, "progress_interval", 0, "progress_interval=0 is out of range: use 1-600 s"),
+    (WAIT, "progress_interval", 0, "progress_interval=0 is out of range: use 0.1-600 s"),
     (SERVER, "stop_timeout", -1, "stop_timeout=-1 is out of range: use 0-3600 s"),
-    (SERVER, "gpu_free_timeout", 1e9, "gpu_free_timeout=1e+09 is out of range: use 0-3600 s"),
+    (SERVER, "gpu_free_timeout", 1e9, "gpu_free_timeout=1000000000 is out of range: use 0-3600 s"),
     (SERVER, "log_generations", 0, "log_generations=0 is out of range: use 1-100"),
     (SERVER, "nvidia_smi_timeout", 0, "nvidia_smi_timeout=0 is out of range: use 1-600 s"),
     (LOCK, "lease_timeout", 5, "lease_timeout=5 is out of range: use 60-86400 s"),

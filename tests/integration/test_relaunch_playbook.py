@@ -18,12 +18,13 @@ def state_pid(sim_host, name):
         return json.load(handle)["pid"]
 
 
-def test_relaunch_converges_in_four_module_calls_and_is_idempotent(sim_host):
+def test_relaunch_converges_in_five_module_calls_and_is_idempotent(sim_host):
     first = sim_host.run("relaunch")
     assert first.rc == 0, summary(first) if first.report else first.stdout
-    # One host, 8 servers: every server is handled by one call of each module.
-    assert first.module_calls() == ["gpuops.sglang.gpu_info", "gpuops.sglang.launch_scripts",
-                                    "gpuops.sglang.server", "gpuops.sglang.wait"]
+    # One host, 8 servers: every server is handled by one call of each module (the server call writes the
+    # scripts); the run holds the host from the first call to the last.
+    assert first.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.gpu_info", "gpuops.sglang.server",
+                                    "gpuops.sglang.wait", "gpuops.sglang.host_lock"]
     lines = summary(first)
     assert lines[0] == "8/8 servers ready"
     assert lines[2].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
@@ -58,7 +59,8 @@ def test_a_changed_setting_relaunches_only_the_affected_server(sim_host):
     servers[1]["max_running_requests"] = 32
     changed = sim_host.run("relaunch", {"sglang_servers": servers})
     assert changed.rc == 0, summary(changed)
-    assert changed.task("Write all launch scripts")[0]["changed_scripts"] == ["s1"]
+    scripts = changed.task("Bring servers")[0]["scripts"]
+    assert [name for name, script in sorted(scripts.items()) if script["changed"]] == ["s1"]
     assert server_actions(changed) == {"s0": "unchanged", "s1": "relaunched", "s2": "unchanged"}
     assert state_pid(sim_host, "s0") == pids["s0"] and state_pid(sim_host, "s2") == pids["s2"]
     assert state_pid(sim_host, "s1") != pids["s1"]
@@ -107,15 +109,24 @@ def test_gpu_index_beyond_the_hosts_count_fails_in_preflight(sim_host):
     assert result.rc != 0
     failed = result.task("Expand and validate")[-1]
     assert "GPU index 8 is beyond the host's GPU count 8" in failed["msg"]
-    assert result.module_calls() == ["gpuops.sglang.gpu_info"]
+    assert result.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.gpu_info", "gpuops.sglang.host_lock"]
     assert not sim_host.script_dir.exists()
 
 
-def test_check_mode_reports_the_scripts_that_would_change_and_touches_nothing(sim_host):
-    result = sim_host.run("relaunch", {"sglang_gpu_count": 2}, args=["--check"])
+def test_check_mode_judges_the_new_scripts_and_touches_nothing(sim_host):
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 2}).rc == 0
+    pids = {name: state_pid(sim_host, name) for name in ("gpu0", "gpu1")}
+    servers = [{"name": "gpu0", "port": sim_host.port(0), "gpus": [0]},
+               {"name": "gpu1", "port": sim_host.port(1), "gpus": [1], "max_running_requests": 32},
+               {"name": "gpu2", "port": sim_host.port(2), "gpus": [2]}]
+    result = sim_host.run("relaunch", {"sglang_servers": servers}, args=["--check", "--diff"])
     assert result.rc == 0, summary(result)
-    [would_change] = result.task("Scripts that would change")
-    assert sorted(would_change["msg"]) == ["gpu0", "gpu1"]
-    assert not result.task("Bring servers to state") and not result.task("Wait until")
-    assert not (sim_host.dir / "state").exists() or not list((sim_host.dir / "state").glob("*.json"))
-    assert not sim_host.script_dir.exists() or not list(sim_host.script_dir.iterdir())
+    [check] = result.task("Bring servers to state")
+    assert {server["name"]: server["action"] for server in check["servers"]} == {
+        "gpu0": "unchanged", "gpu1": "relaunched", "gpu2": "launched"}
+    assert sorted(name for name, script in check["scripts"].items() if script["changed"]) == ["gpu1", "gpu2"]
+    assert all(task.get("skipped") for task in result.task("Wait until")), "nothing was launched to wait for"
+    assert {name: state_pid(sim_host, name) for name in ("gpu0", "gpu1")} == pids
+    assert not (sim_host.dir / "state" / "gpu2.json").exists()
+    assert not (sim_host.script_dir / "gpu2.sh").exists()
+    assert "--max-running-requests" not in (sim_host.script_dir / "gpu1.sh").read_text()

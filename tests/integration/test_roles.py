@@ -145,7 +145,7 @@ def test_tp8_with_pcie_nccl_and_eagle3(sim_host, tmp_path):
     ("relaunch", ("-e", "relaunch_progress_interval=abc"), "argument 'relaunch_progress_interval' is of type str"),
     # Not in the deploy role's argument spec: the option check names it.
     ("deploy", ("-e", "relaunch_progress_interval=abc"),
-     "relaunch_progress_interval must be a number (1-600 s), got 'abc'"),
+     "relaunch_progress_interval must be a number (0.1-600 s), got 'abc'"),
 ])
 def test_bad_numbers_fail_before_the_host_is_touched(sim_host, playbook, extra_args, message):
     result = sim_host.run(playbook, args=extra_args)

@@ -2,7 +2,9 @@
 
 import subprocess
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import ServerProcesses
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
+)
 
 from .conftest import PYTHON, SGLANG_SIM
 
@@ -71,7 +73,7 @@ def test_drift_nccl_environment_per_worker_and_metrics(ansible, host_args, make_
     assert plain_info["metrics"] is None and "404" in plain_info["metrics_error"]
 
 
-def test_crash_after_ready_is_reported_dead_and_its_log_parses_offline(
+def test_crash_after_ready_is_reported_crashed_and_its_log_parses_offline(
         ansible, host_args, make_server, wait_until):
     server = make_server("flaky", [0], fault="crash_after_ready", env={"SGLANG_SIM_FAULT_DELAY": "3"})
     launch_and_wait(ansible, host_args, [server])
@@ -83,7 +85,7 @@ def test_crash_after_ready_is_reported_dead_and_its_log_parses_offline(
     offline = ansible.module("gpuops.sglang.server_info", {"log_path": server["log_path"]})
 
     info = described["servers"][0]
-    assert info["status"] == "dead" and info["alive"] is False and info["processes"] == []
+    assert info["status"] == "crashed" and info["alive"] is False and info["processes"] == []
     assert info["health"]["status"] is None and info["uptime_seconds"] is None
     assert info["log"]["error"]["summary"].startswith("RuntimeError: CUDA error: an illegal memory access")
     log = offline["log"]

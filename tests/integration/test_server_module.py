@@ -118,10 +118,12 @@ def test_same_server_name_in_another_deployment_is_left_alone(server, started, m
     script = theirs["launch_script"]
     with open(script) as handle:
         text = handle.read()
+    other = str(tmp_path / "other-deployment")
     with open(script, "w") as handle:
-        handle.write(text.replace("GPUOPS_SGLANG_SERVER='alpha-theirs'", "GPUOPS_SGLANG_SERVER='alpha'"))
+        handle.write(text.replace("GPUOPS_SGLANG_SERVER='alpha-theirs'", "GPUOPS_SGLANG_SERVER='alpha'")
+                     .replace(f"GPUOPS_SGLANG_STATE_DIR='{tmp_path / 'state'}'", f"GPUOPS_SGLANG_STATE_DIR='{other}'"))
     theirs["name"] = "alpha"
-    result = server([theirs], state_dir=str(tmp_path / "other-deployment"))
+    result = server([theirs], state_dir=other)
     assert not result.get("failed"), result.get("msg")
     their_pids = set(marked("alpha"))
     pids = started(ours)
@@ -164,9 +166,9 @@ def test_check_mode_launches_nothing(server, started, make_server, host_args, ma
     entries = by_name(result)
     assert entries["alpha"]["action"] == "relaunched" and entries["beta"]["action"] == "launched"
     assert entries["alpha"]["killed_pids"] == [] and entries["beta"]["pid"] is None
-    assert result["diff"]["before"]["beta"]["running"] is False
-    assert result["diff"]["after"]["beta"]["running"] is True
-    assert result["diff"]["after"]["beta"]["script_sha256"] != result["diff"]["before"]["beta"]["script_sha256"]
+    assert result["diff"][0]["before"]["beta"]["running"] is False
+    assert result["diff"][0]["after"]["beta"]["running"] is True
+    assert result["diff"][0]["after"]["beta"]["script_sha256"] != result["diff"][0]["before"]["beta"]["script_sha256"]
     # Nothing happened: alpha still runs as before, beta was not launched, no state written for it.
     assert alive(pids["alpha"]) and read_state(host_args, "alpha")["pid"] == pids["alpha"]
     assert marked("beta") == []
@@ -178,7 +180,7 @@ def test_diff_shows_before_and_after(server, started, make_server):
     alpha = make_server("alpha", [0])
     pids = started(alpha)
     result = server([alpha], state="restarted", diff=True)
-    before, after = result["diff"]["before"]["alpha"], result["diff"]["after"]["alpha"]
+    before, after = result["diff"][0]["before"]["alpha"], result["diff"][0]["after"]["alpha"]
     assert before["running"] and before["pid"] == pids["alpha"]
     assert after["running"] and after["pid"] == result["servers"][0]["pid"] != pids["alpha"]
     assert before["script_sha256"] == after["script_sha256"]
@@ -227,9 +229,11 @@ def test_memory_not_freed_in_time_fails_clearly(server, started, make_server):
     started(alpha)
     result = server([alpha], state="stopped", gpu_free_timeout=0.5)
     assert result["failed"]
-    assert result["msg"].startswith("GPU memory not freed within gpu_free_timeout=0.5 s (threshold 1024 MiB): GPU 4 uses ")
-    assert "no process here holds the device" in result["msg"]
+    assert result["msg"].startswith(
+        "alpha is down: GPU memory not freed within gpu_free_timeout=0.5 s (threshold 1024 MiB): GPU 4 still uses ")
+    assert "; no process here holds the device" in result["msg"] and result["msg"].endswith("Now down: alpha")
     assert result["changed"] is True and result["servers"][0]["killed_pids"]
+    assert result["down"] == ["alpha"] and result["servers"][0]["down"]
 
 
 def test_orphaned_scheduler_is_found_by_marker(server, started, make_server, fake_gpus, host_args, marked):
@@ -387,7 +391,7 @@ def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_s
     ], state="restarted", stop_timeout=-1)
     assert result["failed"]
     assert result["problems"] == [
-        "stop_timeout must be >= 0, got -1.0",
+        "stop_timeout=-1 is out of range: use 0-3600 s",
         f"port {alpha['port']} is used by both 'alpha' and 'beta'",
         "GPU 6 is assigned to both 'alpha' and 'beta'",
         "duplicate server name 'alpha' (servers[0] and servers[2])",
@@ -420,14 +424,23 @@ def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, s
     # The first run holds the lock while it waits stop_timeout for the SIGTERM-ignoring server.
     first = ansible.start_module(MODULE, dict(host_args, servers=[alpha], state="restarted", stop_timeout=8))
     lock_file = os.path.join(host_args["state_dir"], ".lock")
-    holder = wait_until(lambda: read_text(lock_file), what="the first run to take the lock")
-    holder_pid = json.loads(holder)["pid"]
+    jobs = os.path.join(host_args["state_dir"], "jobs")
+    earlier = set(os.listdir(jobs))
+
+    def worker_holds_the_lock():
+        # The lock passes from the module to the worker it starts, which names itself the holder.
+        workers = [json.loads(read_text(os.path.join(jobs, name)) or "{}").get("worker_pid")
+                   for name in set(os.listdir(jobs)) - earlier]
+        holder = json.loads(read_text(lock_file) or "{}").get("pid")
+        return holder if holder and holder in workers else None
+
+    holder_pid = wait_until(worker_holds_the_lock, what="the first run's worker to hold the lock")
     second = ansible.start_module(MODULE, dict(host_args, servers=[alpha], lock_timeout=120))
 
     refused = server([alpha], lock_timeout=0)
     assert refused["failed"]
     assert refused["msg"].startswith(f"another run holds the host lock {lock_file}: pid {holder_pid} (")
-    assert refused["msg"].endswith("; gave up after lock_timeout=0.0 s")
+    assert refused["msg"].endswith("; gave up after lock_timeout=0 s")
 
     relaunched = first.result()
     assert not relaunched.get("failed"), relaunched.get("msg")

@@ -1,5 +1,6 @@
 """A Proxmox node that refuses the SSH connection: the relaunch says so, instead of community.proxmox's
-"'Connection' object has no attribute '_raise_paramiko_connect_exception'" (2.0.0), and touches nothing."""
+"'Connection' object has no attribute '_raise_paramiko_connect_exception'" (2.0.0), and touches nothing.
+A stopped or missing container: tests/rig/test_interruption.py (it needs the LXC rig)."""
 
 import json
 import os
@@ -22,7 +23,7 @@ def test_refused_ssh_to_the_node_is_explained(tmp_path):
     run = subprocess.run([os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(inventory), "playbooks/relaunch.yml"],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode != 0
-    assert f"cannot open the SSH connection to the Proxmox node 127.0.0.1:{port} as root for container 200" \
-        in run.stdout, run.stdout[-3000:]
-    # Nothing after the preflight ran.
-    assert "Write all launch scripts" not in run.stdout
+    assert (f"node 127.0.0.1 unreachable: cannot open the SSH connection to the Proxmox node 127.0.0.1:{port} as "
+            f"root for container 200 (port {port}: connection refused)") in run.stdout, run.stdout[-3000:]
+    # The first contact (holding the host) failed: nothing after it ran.
+    assert "Preflight" not in run.stdout and "Bring servers" not in run.stdout

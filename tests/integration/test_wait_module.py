@@ -12,7 +12,9 @@ import time
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import ServerProcesses
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import ServerProcesses
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
+)
 
 SLEEPER = "import time; print('up', flush=True); time.sleep(600)"
 

@@ -49,13 +49,20 @@ def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down
         step("gpu2", "killing", 0.5, processes_left=1, signal="SIGKILL"),
         step("gpu3", "verifying", 8.0, gpu_used_mib={"3": 40000}),
         step("gpu4", "failed", 60.0, error="gpu4 is down: ..."),
+    ], "events": [
+        {"server": "gpu0", "event": "stopped", "at_s": 1.0, "stop_s": 1.0},
+        {"server": "gpu2", "event": "sigkill", "at_s": 30.0, "after_s": 30.0, "processes": 1,
+         "ignored_sigterm": True},
+        {"server": "gpu4", "event": "failed", "at_s": 31.0, "error": "gpu4 is down: GPU 4 memory not freed"},
     ]}
-    assert format_server_progress("ct200", progress) == (
-        "ct200: 1/5 stopped or launched after 31 s"
-        " | gpu1 draining 12 s after SIGTERM (3 processes left)"
-        " | gpu2 SIGKILL sent: it ignored SIGTERM for the whole stop_timeout (1 left)"
-        " | gpu3 waiting 8 s for GPU memory to be freed (GPU 3 40000 MiB)"
-        " | gpu4 FAILED, down")
+    assert format_server_progress("ct200", progress).split("\n") == [
+        "ct200: gpu2 SIGKILL sent 30 s after SIGTERM: it ignored SIGTERM for the whole stop_timeout (1 processes)",
+        "ct200: gpu4 FAILED: gpu4 is down: GPU 4 memory not freed",
+        ("ct200: 1/5 stopped or launched after 31 s"
+         " | gpu1 draining 12 s after SIGTERM (3 processes left)"
+         " | gpu2 SIGKILL sent 0 s ago (1 processes left)"
+         " | gpu3 waiting 8 s for GPU memory to be freed (GPU 3 40000 MiB)"),
+    ]
 
 
 def test_server_progress_is_silent_without_a_snapshot():

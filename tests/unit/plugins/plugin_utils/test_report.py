@@ -4,6 +4,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
     ExpectationError,
     expectation_failures,
+    fleet_problems,
     fleet_status,
     relaunch_failures,
     relaunch_summary,
@@ -79,3 +80,40 @@ def test_stop_summary_lists_memory_left_per_gpu():
     lines = stop_summary([{"name": "gpu0-1", "gpus": [0, 1], "action": "stopped",
                            "gpu_memory_after_mib": {"1": 3, "0": 0}}])
     assert lines[1].split() == ["gpu0-1", "0,1", "stopped", "0,3"]
+
+
+DOWN = {"name": "gpu2", "action": "relaunched", "down": True,
+        "error": "gpu2 is down: GPU memory not freed within gpu_free_timeout=60 s (threshold 1024 MiB): GPU 2 ..."}
+
+
+def test_a_server_left_down_is_named_in_the_title_its_row_and_the_failures():
+    lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "relaunched"}, DOWN], WAITS[:1])
+    assert lines[0] == "1/3 servers ready, DOWN: gpu2"
+    assert lines[4].split()[:5] == ["gpu2", "2", "30002", "relaunched:", "FAILED"]
+    assert lines[4].split()[5] == "down", "never 'relaunched' with no pid and nothing else said"
+    assert relaunch_failures(SERVERS, WAITS[:1], [DOWN])[-1] == DOWN["error"]
+
+
+def test_an_interrupted_earlier_run_is_reported_first():
+    interrupted = [{"job_id": "20261201T100000-ab12cd34", "run_id": "r1", "servers": ["gpu0 relaunched"],
+                    "down": ["gpu1"]}]
+    lines = relaunch_summary(SERVERS, [], [], interrupted)
+    assert lines[1] == ("an earlier run was interrupted (job 20261201T100000-ab12cd34, run r1); its host-side "
+                        "sequence finished on its own: gpu0 relaunched; DOWN: gpu1")
+    assert stop_summary([], interrupted)[0] == lines[1]
+
+
+def test_fleet_problems_name_dead_crashed_and_orphaned_servers_with_their_error():
+    infos = [
+        {"name": "gpu0", "status": "ready", "log": {"phase": "ready"}},
+        {"name": "gpu1", "status": "crashed", "log": {"phase": "loading_weights",
+                                                      "error": {"summary": "torch.OutOfMemoryError: CUDA out of memory"}}},
+        {"name": "gpu2", "status": "orphaned", "processes": [{"pid": 41}, {"pid": 42}], "log": {"phase": "ready"}},
+        {"name": "gpu3", "status": "dead", "log": {"phase": "ready"}},
+        {"name": "gpu4", "status": "stopped", "log": {}},
+    ]
+    assert fleet_problems(infos) == [
+        "gpu1 crashed in loading_weights: torch.OutOfMemoryError: CUDA out of memory",
+        "gpu2 orphaned: its main process is gone but pids 41, 42 still run",
+        "gpu3 dead: launched, but no process of it is left (its log ends in phase ready)",
+    ]
