@@ -110,7 +110,8 @@ def _run_worker(state_dir, record, work, keep_fds):
     try:
         record["result"] = work(progress)
         record["status"] = "done"
-    except Exception as exc:  # noqa: BLE001 pylint: disable=broad-except - the record is the only place to say it
+    # Whatever went wrong, the record is the only place left to say it.
+    except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
         record["status"] = "error"
         record["result"] = {"failed": True, "msg": f"the host-side sequence failed: {exc}",
                             "traceback": traceback.format_exc()}

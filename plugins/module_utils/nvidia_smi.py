@@ -113,7 +113,8 @@ def bounded_runner(timeout=DEFAULT_NVIDIA_SMI_TIMEOUT):
     def run(argv):
         command = shlex.join(argv)
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            # Not run_command: it has no timeout, and a hung driver makes nvidia-smi hang for good.
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
                                        stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             raise NvidiaSmiError(f"cannot run {command}: {exc}")

@@ -26,6 +26,7 @@ def valid_server_name(name):
     """Matched whole: ``re.match`` with ``$`` would also take a name with a trailing newline."""
     return isinstance(name, str) and SERVER_NAME.fullmatch(name) is not None
 
+
 # exit_status: shell style (128+signal when killed) for a dead but unreaped process (a zombie), else None.
 ProcessInfo = collections.namedtuple(
     "ProcessInfo", ["pid", "ppid", "pgid", "sid", "state", "starttime", "cmdline", "argv", "exit_status"]

@@ -89,6 +89,8 @@ _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _HEALTH_NOISE = re.compile(
     r'"GET /(?:health|health_generate|get_server_info|server_info|metrics)[ ?"]|Health check (?:failed|request)')
 _NOT_A_PHASE_REACHED = ("crashed", "stopping")
+
+
 def line_epoch(line):
     """Epoch seconds of a timestamped SGLang log line (local time, as SGLang writes it), else None."""
     match = _LINE_TIMESTAMP.match(line)

@@ -458,8 +458,8 @@ class ServerControl:
             if in_step >= SIGKILL_GRACE_SECONDS:
                 survivors = ", ".join(f"{pid} ({info.cmdline}, state {_state_of(pid)})"
                                       for pid, info in sorted(alive.items()))
-                self._fail(plan, now, f"{plan.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} s "
-                               f"(uninterruptible, e.g. stuck in the driver): {survivors}", down=True)
+                self._fail(plan, now, f"{plan.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} "
+                                      f"s (uninterruptible, e.g. stuck in the driver): {survivors}", down=True)
             return
         plan.timings["stop_s"] = round(now - plan.stop_started, 3)
         self._event(plan, "stopped", now, stop_s=plan.timings["stop_s"])
@@ -493,13 +493,13 @@ class ServerControl:
                 memory = f"still uses {used[gpu]} MiB" if gpu in used else f"memory unknown ({query_error})"
                 described.append(f"GPU {gpu} {memory}; {who}")
             self._fail(plan, now, f"{plan.name} {down}: GPU memory not freed within gpu_free_timeout="
-                           f"{self.params['gpu_free_timeout']:g} s (threshold {threshold} MiB): " + "; ".join(described),
-                      down=True)
+                                  f"{self.params['gpu_free_timeout']:g} s (threshold {threshold} MiB): "
+                                  + "; ".join(described), down=True)
             plan.gpu_holders = {str(gpu): [procfs.describe(pid) for pid in holders.get(gpu, [])] for gpu in busy}
         else:
             self._fail(plan, now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="
-                           f"{self.params['gpu_free_timeout']:g} s by "
-                           + ", ".join(process_text(pid) for pid in plan.port_holders), down=True)
+                                  f"{self.params['gpu_free_timeout']:g} s by "
+                                  + ", ".join(process_text(pid) for pid in plan.port_holders), down=True)
 
     def _launch(self, plan):
         spec = plan.spec

@@ -263,7 +263,7 @@ servers:
       description: Why this server failed (its GPU not freed, processes surviving SIGKILL, its launch); null when it did not.
       type: str
     down:
-      description: True when this server failed after it was stopped (or before it was launched): it is not running now.
+      description: True when this server failed after it was stopped (or before it was launched) - it is not running now.
       type: bool
     reason:
       description: Why.
@@ -333,7 +333,7 @@ foreign_killed:
   elements: dict
   sample: [{"pid": 5000, "cmdline": "python3 notebook.py", "server": null, "holds": "GPU 3", "signal": "SIGTERM"}]
 down:
-  description: Servers this call left down (stopped, not relaunched); the task failed and RV(msg) says why for each.
+  description: Servers this call left down (stopped, not relaunched); the task failed and its C(msg) says why for each.
   returned: always
   type: list
   elements: str

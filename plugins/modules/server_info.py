@@ -91,7 +91,7 @@ servers:
     status:
       description:
         - V(ready) (health 200), V(starting) (alive, health not 200, no crash in its log), V(crashed) (its log
-          shows a fatal error; RV(servers[].log.error) has the exception line), V(orphaned) (processes of the server,
+          shows a fatal error; the C(error) of RV(servers[].log) has the exception line), V(orphaned) (processes of the server,
           such as a scheduler, still run without their main process - they may hold GPU memory), V(dead)
           (recorded as launched, no process left) or V(stopped) (no state file and no process).
       type: str

@@ -19,7 +19,7 @@ description:
   - A server whose log shows no new output and no phase change for O(stall_timeout) seconds is reported as
     stalled (a hung NCCL init, weight load or CUDA graph capture never ends by itself), and killed with
     O(kill_stalled=true) - but only after one more health probe, sent once the silence was noticed, did not
-    answer 200: a server that serves is never stalled or killed. The progress line says C(silent for N s)
+    answer 200; a server that serves is never stalled or killed. The progress line says C(silent for N s)
     for a server whose log has not moved for 30 s.
   - Before the task returns, every server decided ready is looked at once more; one whose process died or
     that stopped answering meanwhile is reported V(crashed).
