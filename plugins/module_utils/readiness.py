@@ -147,11 +147,15 @@ class RunLog:
                     self.last_activity_line = line
 
     def phase_reached(self):
-        """``(phase, component)`` of the last startup step reached (what a crash interrupted), not 'crashed'."""
-        for entry in reversed(self.state.timeline or []):
-            if entry.get("phase") not in _NOT_A_PHASE_REACHED:
-                return entry["phase"], entry.get("component") or "target"
-        return (self.state.phase if self.state.phase not in _NOT_A_PHASE_REACHED else "launching"), "target"
+        return phase_reached(self.state.timeline, self.state.phase)
+
+
+def phase_reached(timeline, phase):
+    """``(phase, component)`` of the last startup step a log reached (what a crash interrupted), not 'crashed'."""
+    for entry in reversed(timeline or []):
+        if entry.get("phase") not in _NOT_A_PHASE_REACHED:
+            return entry["phase"], entry.get("component") or "target"
+    return (phase if phase not in (None,) + _NOT_A_PHASE_REACHED else "launching"), "target"
 
 
 class HealthProbe:
@@ -340,6 +344,7 @@ class ServerTracker:
     def confirm_ready(self, now, answer):
         """Ready earlier in the wait must still hold at its end: the process lives and health answers."""
         ready_after = self.result["seconds_to_ready"]
+        self.log.read()  # decided in an earlier slice, this slice's tracker has not read the log yet
         if self.pid and not self.alive():
             info = procfs.read_process(self.pid)
             self.decide("crashed", now, exit_status=info.exit_status if info else None)

@@ -28,10 +28,13 @@ _FLAG_ALTERNATIVES = "|".join(re.escape(spelling) for spelling in sorted(_KEY_FL
 _SHELL_WORD = r"""(?:[^\s'"\\]|'[^']*'?|"[^"\\]*(?:\\[\s\S][^"\\]*)*"?|\\[\s\S])+"""
 # The quoted form a shell-quoted "--api-key=VALUE" argument has: '--api-key=VALUE' with shlex's '"'"' for a quote.
 _QUOTED_ASSIGNMENT = r"""[^']*(?:'"'"'[^']*)*'?"""
+# A value hidden already (a command line scrubbed at the source, then put in a message) stays as it is, and so
+# does what follows it: scrubbing twice gives what scrubbing once gave.
+_HIDDEN_ALREADY = re.escape(REDACTED) + r"""(?![^\s'"\\)\];,])"""
 _KEY_FLAG_VALUE = re.compile(
     r"(?<![\w-])(?P<quote>')?(?P<flag>" + _FLAG_ALTERNATIVES + r")"
     r"(?P<separator>=|(?(quote)(?!)|(?:[ \t]|\\\n)+))"
-    r"(?P<value>(?(quote)" + _QUOTED_ASSIGNMENT + "|" + _SHELL_WORD + "))")
+    r"(?P<value>(?(quote)" + _QUOTED_ASSIGNMENT + "|(?:" + _HIDDEN_ALREADY + "|" + _SHELL_WORD + ")))")
 
 # SGLang logs its ServerArgs: "api_key='...'" (classic), "'api_key': '...'" (new), also seen as JSON.
 # repr() picks double quotes for a key holding a single quote, and escapes backslashes and newlines.

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    phase_reached,
+)
+
 
 class ExpectationError(ValueError):
     """A malformed expectation (not a failed one)."""
@@ -188,7 +192,8 @@ def fleet_problems(info_results):
         if info.get("status") not in FAILING_STATUSES:
             continue
         error = ((info.get("log") or {}).get("error") or {}).get("summary")
-        phase = (info.get("log") or {}).get("phase") or "unknown"
+        log = info.get("log") or {}
+        phase, _component = phase_reached(log.get("timeline"), log.get("phase"))
         if info["status"] == "orphaned":
             pids = ", ".join(str(process["pid"]) for process in info.get("processes") or [])
             text = f"{info['name']} orphaned: its main process is gone but pids {pids} still run"

@@ -69,6 +69,25 @@ def classic_dump(**args):
     return "server_args=ServerArgs(" + ", ".join(f"{key}={value!r}" for key, value in args.items()) + ")"
 
 
+@pytest.mark.parametrize("text", [
+    "GPU 0 is held by foreign process 7 (python3 holder.py --api-key s3cret) that has no marker; refusing",
+    "port 1 is in use by foreign process 8 (x --api-key=s3cret); free the port",
+    f"exec sglang --api-key {shlex.quote(NASTY_KEY)} --port 1",
+    "server_args=ServerArgs(api_key='s3cret', port=1)",
+])
+def test_scrubbing_twice_gives_what_scrubbing_once_gave(text):
+    # Command lines are scrubbed at the source and then once more as part of a message: nothing around the
+    # hidden value may be eaten the second time (a ")" or ";" once was).
+    once = scrub_text(text)
+    assert "s3cret" not in once and NASTY_KEY not in once
+    assert scrub_text(once) == once
+
+
+def test_a_value_hidden_at_the_source_keeps_what_follows_it():
+    assert scrub_text("(holder.py --api-key ********) that has") == "(holder.py --api-key ********) that has"
+    assert scrub_text("x --api-key ********abc y") == "x --api-key ******** y", "a key that merely starts so"
+
+
 @pytest.mark.parametrize("key", ["plain", NASTY_KEY, "it's", "both ' and \"", "back\\slash", "None"])
 def test_server_args_dumps_of_both_dialects_hide_the_key(key):
     classic = classic_dump(model_path="/m", api_key=key, admin_api_key=key, port=1)

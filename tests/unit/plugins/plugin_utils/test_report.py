@@ -106,8 +106,10 @@ def test_an_interrupted_earlier_run_is_reported_first():
 def test_fleet_problems_name_dead_crashed_and_orphaned_servers_with_their_error():
     infos = [
         {"name": "gpu0", "status": "ready", "log": {"phase": "ready"}},
-        {"name": "gpu1", "status": "crashed", "log": {"phase": "loading_weights",
-                                                      "error": {"summary": "torch.OutOfMemoryError: CUDA out of memory"}}},
+        # As server_info returns it: the phase is "crashed", the timeline says what the crash interrupted.
+        {"name": "gpu1", "status": "crashed", "log": {
+            "phase": "crashed", "timeline": [{"phase": "initializing"}, {"phase": "loading_weights"}, {"phase": "crashed"}],
+            "error": {"summary": "torch.OutOfMemoryError: CUDA out of memory"}}},
         {"name": "gpu2", "status": "orphaned", "processes": [{"pid": 41}, {"pid": 42}], "log": {"phase": "ready"}},
         {"name": "gpu3", "status": "dead", "log": {"phase": "ready"}},
         {"name": "gpu4", "status": "stopped", "log": {}},
