@@ -10,17 +10,42 @@ import uuid
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import SlicedAction
 
 
-def controller_process_alive(pid):
-    """Whether ``pid`` runs on this controller (a run whose ansible-playbook is gone holds nothing)."""
-    if not isinstance(pid, int) or pid <= 1:
-        return True  # unknown: let its lease expire rather than guess
+def machine_id():
+    """Tells this controller from another with the same host name (cloned images, localhost.localdomain)."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as handle:
+                return handle.read().strip() or None
+        except OSError:
+            continue
+    return None
+
+
+def process_starttime(pid):
+    """Field 22 of /proc/<pid>/stat on this controller, or None where there is no /proc."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def holder_is_dead_here(holder):
+    """The holder ran on this very controller and its ansible-playbook process is gone (not reused)."""
+    pid = holder.get("controller_pid")
+    if holder.get("controller") != socket.gethostname() or not holder.get("machine_id") or \
+            holder["machine_id"] != machine_id() or not isinstance(pid, int) or pid <= 1:
+        return False  # not ours to judge: let its lease expire
+    starttime = process_starttime(pid)
+    if starttime is None:  # gone, or a controller without /proc (macOS)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
         return False
-    except PermissionError:
-        return True
-    return True
+    return holder.get("controller_pid_starttime") not in (None, starttime)
 
 
 class ActionModule(SlicedAction):
@@ -33,7 +58,9 @@ class ActionModule(SlicedAction):
             args["run"] = {
                 "run_id": args.pop("run_id", None) or uuid.uuid4().hex,
                 "controller": socket.gethostname(),
+                "machine_id": machine_id(),
                 "controller_pid": os.getppid(),
+                "controller_pid_starttime": process_starttime(os.getppid()),
                 "user": getpass.getuser(),
                 "awx_job_id": str(task_vars.get("awx_job_id") or task_vars.get("tower_job_id") or "") or None,
             }
@@ -45,7 +72,6 @@ class ActionModule(SlicedAction):
     def next_args(self, answer, module_args):
         holder = answer.get("holder")
         # Our own controller can tell a dead run from a slow one; other controllers' runs must expire.
-        if holder and holder.get("controller") == socket.gethostname() and \
-                not controller_process_alive(holder.get("controller_pid")):
+        if holder and holder_is_dead_here(holder):
             return dict(module_args, take_over=holder["run_id"])
         return module_args

@@ -58,6 +58,8 @@ def probe(host, port, timeout):
             banner = sock.recv(255).decode(errors="replace").strip()
         except socket.timeout:
             return f"port {port} accepts connections but sent no SSH banner within {timeout:g} s"
+        except OSError as exc:
+            return f"port {port} accepts connections, then: {(exc.strerror or str(exc)).lower()}"
     return f"port {port} answers {banner.splitlines()[0]!r}" if banner else f"port {port} closed the connection"
 
 

@@ -16,6 +16,7 @@ import time
 import traceback
 import uuid
 
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     write_atomic,
@@ -47,15 +48,13 @@ def read_record(state_dir, job_id):
     return read_json_object(record_path(state_dir, job_id))
 
 
+class WorkerNotStarted(Exception):
+    """The worker did not say it runs; the message says where its record is."""
+
+
 def _worker_alive(record):
-    pid = record.get("worker_pid")
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+    """The worker runs: its pid with its recorded start time (a zombie or a reused pid is not it)."""
+    return bool(record.get("worker_pid")) and procfs.pid_alive(record["worker_pid"], record.get("worker_starttime"))
 
 
 def start(state_dir, job_id, work, meta, keep_fds=()):
@@ -78,7 +77,8 @@ def start(state_dir, job_id, work, meta, keep_fds=()):
             if current.get("worker_pid") or current["status"] != "running":
                 return current
             time.sleep(0.01)
-        raise RuntimeError(f"the worker of job {job_id} did not start")
+        raise WorkerNotStarted(f"the worker of job {job_id} did not say it started within 10 s; it may still run: "
+                               f"see {record_path(state_dir, job_id)} before relaunching again")
     # First child: new session, then fork again so the worker is not a session leader (no terminal).
     try:
         os.setsid()
@@ -101,6 +101,7 @@ def _run_worker(state_dir, record, work, keep_fds):
         os.closerange(first, fd)
         first = fd + 1
     record["worker_pid"] = os.getpid()
+    record["worker_starttime"] = procfs.read_process(os.getpid()).starttime
     write_record(state_dir, record)
 
     def progress(snapshot):
@@ -129,6 +130,10 @@ def follow(state_dir, job_id, until):
         if record["status"] != "running":
             return record
         if not _worker_alive(record):
+            # It may have written its result and exited since we read the record.
+            record = read_record(state_dir, job_id) or record
+            if record["status"] != "running":
+                return record
             # Killed (SIGKILL, OOM, reboot) before it could write its result.
             record.update(status="lost", result={
                 "failed": True, "msg": f"the worker (pid {record.get('worker_pid')}) of job {job_id} died before "
@@ -150,6 +155,8 @@ def unreported(state_dir):
     for job_id in _job_ids(state_dir):
         record = read_record(state_dir, job_id)
         if record and not record.get("reported") and (record["status"] != "running" or not _worker_alive(record)):
+            if record["status"] == "running":
+                record["status"] = "lost"  # its worker died before it could write a result
             records.append(record)
     return records
 

@@ -20,6 +20,8 @@ HTTP_ARGUMENT_SPEC = {
     "probe_timeout": {"type": "float", "default": 30},
 }
 HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
+# /metrics of a large server is some hundred kB; a body beyond this is not what we asked for.
+MAX_BODY_BYTES = 8 << 20
 
 _JSON_TYPE_NAMES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
                     type(None): "null"}
@@ -40,10 +42,10 @@ def http_get(url, timeout, api_key=None):
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with _OPENER.open(request, timeout=timeout) as response:
-            return response.status, _decode(response.read()), None
+            return response.status, _decode(response.read(MAX_BODY_BYTES)), None
     except urllib.error.HTTPError as exc:
         with exc:
-            return exc.code, _decode(exc.read()), None
+            return exc.code, _decode(exc.read(MAX_BODY_BYTES)), None
     except urllib.error.URLError as exc:
         return None, "", str(exc.reason)
     except (socket.timeout, TimeoutError):

@@ -30,6 +30,11 @@ def fraction(low, high):
     return Range(low, high, "", None, exclusive=True)
 
 
+# Options several modules share take the same range.
+PROGRESS_INTERVAL = seconds(0.1, 600)
+LOCK_TIMEOUT = seconds(0, 86400)
+
+
 def _number(value):
     """1048576 rather than :g's 1.04858e+06; 0.5 as it is."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -35,15 +35,21 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     DEFAULT_STATE_DIR,
+    LockTimeout,
+    acquire_host_lock,
     read_state,
+    release_host_lock,
     state_path,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     LogFollower,
     LogState,
+    phase_reached,
 )
 
 POLL_SECONDS = 0.2
+# A stalled server is killed only under the host lock; a call that holds it longer is acting on it.
+STALL_KILL_LOCK_SECONDS = 5
 HEALTH_INTERVAL_SECONDS = 1.0
 # SGLang logs "Received sigquit" before the failing child's traceback reaches the log, and then
 # kills itself; a server whose log says it crashed gets this long to die so the traceback is complete.
@@ -81,14 +87,13 @@ WAIT_RANGES = dict(
     HTTP_RANGES,
     timeout=option_ranges.seconds(1, 7 * 86400),
     stall_timeout=option_ranges.seconds(1, 86400, off=0),
-    progress_interval=option_ranges.seconds(0.1, 600),
+    progress_interval=option_ranges.PROGRESS_INTERVAL,
 )
 
 _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 # Health checks (ours or anybody's) are not progress: a hung server still answers them with 503.
 _HEALTH_NOISE = re.compile(
     r'"GET /(?:health|health_generate|get_server_info|server_info|metrics)[ ?"]|Health check (?:failed|request)')
-_NOT_A_PHASE_REACHED = ("crashed", "stopping")
 
 
 def line_epoch(line):
@@ -148,14 +153,6 @@ class RunLog:
 
     def phase_reached(self):
         return phase_reached(self.state.timeline, self.state.phase)
-
-
-def phase_reached(timeline, phase):
-    """``(phase, component)`` of the last startup step a log reached (what a crash interrupted), not 'crashed'."""
-    for entry in reversed(timeline or []):
-        if entry.get("phase") not in _NOT_A_PHASE_REACHED:
-            return entry["phase"], entry.get("component") or "target"
-    return (phase if phase not in (None,) + _NOT_A_PHASE_REACHED else "launching"), "target"
 
 
 class HealthProbe:
@@ -306,6 +303,7 @@ class ServerTracker:
             log_tail=list(self.log.tail),
             timeline=list(log.timeline or []),
             killed_pids=[],
+            not_killed=None,
             seconds_to_ready=None,
         )
         if server_info_error:
@@ -319,7 +317,7 @@ class ServerTracker:
         elif status in ("crashed", "stalled"):
             report["phase"], report["component"] = self.log.phase_reached()
         if status == "stalled" and self._options["kill_stalled"]:
-            report["killed_pids"] = ServerProcesses(self._options["state_dir"]).kill_now(self.name, self._recorded)
+            report["killed_pids"], report["not_killed"] = self._kill_stalled()
         report["msg"] = self.explain(report, now)
         self.result = report
         return report
@@ -341,6 +339,22 @@ class ServerTracker:
             "silent_s": round(time.time() - self._last_activity, 1),
         }
 
+    def _kill_stalled(self):
+        """``(killed pids, why not killed)``: under the host lock, and only while the state file still records
+        the process this wait watches (another run may have replaced the server since this slice began)."""
+        state_dir = self._options["state_dir"]
+        try:
+            lock_fd, _waited = acquire_host_lock(state_dir, STALL_KILL_LOCK_SECONDS)
+        except LockTimeout:
+            return [], "another call holds the host lock, it may be relaunching this server"
+        try:
+            recorded = read_state(state_dir, self.name) or {}
+            if recorded.get("pid") not in (None, self.pid):
+                return [], f"the state file now records pid {recorded.get('pid')}: another run replaced it"
+            return ServerProcesses(state_dir).kill_now(self.name, self._recorded), None
+        finally:
+            release_host_lock(lock_fd)
+
     def confirm_ready(self, now, answer):
         """Ready earlier in the wait must still hold at its end: the process lives and health answers."""
         ready_after = self.result["seconds_to_ready"]
@@ -348,7 +362,8 @@ class ServerTracker:
         if self.pid and not self.alive():
             info = procfs.read_process(self.pid)
             self.decide("crashed", now, exit_status=info.exit_status if info else None)
-        elif answer is not None and answer["status"] is None:
+        elif answer is not None and answer["status"] is None and "refused" in (answer["error"] or ""):
+            # Nothing listens any more. A slow answer of a live process under load is not a crash.
             self.decide("crashed", now)
             self.result["msg"] += f"; it no longer answers {self._options['health_path']}: {answer['error']}"
         else:
@@ -379,6 +394,8 @@ class ServerTracker:
             text = f"{name} stalled in {phase}: no log output for {silent:.0f} s; last line: {self.log.last_activity_line}"
             if report["killed_pids"]:
                 text += f"; killed pids {', '.join(str(pid) for pid in report['killed_pids'])}"
+            elif report.get("not_killed"):
+                text += f"; not killed: {report['not_killed']}"
             return text
         if status == "timeout":
             return (f"{name} not ready after {self._options['timeout']:g} s, in {phase}"

@@ -27,11 +27,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
 
 LEASE_NAME = "run.json"
 _LEASE_LOCK_NAME = ".run.lock"
+_LEASE_LOCK_SECONDS = 10
 # Options of gpuops.sglang.host_lock (the roles check their variables against the same table).
 LOCK_RANGES = {
-    "lock_timeout": option_ranges.seconds(0, 86400),
+    "lock_timeout": option_ranges.LOCK_TIMEOUT,
     "lease_timeout": option_ranges.seconds(60, 86400),
-    "progress_interval": option_ranges.seconds(0.1, 600),
+    "progress_interval": option_ranges.PROGRESS_INTERVAL,
 }
 
 
@@ -45,7 +46,18 @@ def _lease_file_lock(state_dir):
         os.makedirs(state_dir, 0o755)
     fd = open_lock_file(os.path.join(state_dir, _LEASE_LOCK_NAME))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read-modify-write only: milliseconds
+        # Held for a read-modify-write only (milliseconds): a holder stuck longer (a hung file system, a
+        # stopped process) must not hang every call of every run.
+        deadline = time.monotonic() + _LEASE_LOCK_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RunLockError(f"{os.path.join(state_dir, _LEASE_LOCK_NAME)} stayed locked for "
+                                       f"{_LEASE_LOCK_SECONDS} s: is {state_dir} on a hung file system?") from None
+                time.sleep(0.05)
         yield
     finally:
         os.close(fd)

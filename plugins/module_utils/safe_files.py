@@ -145,30 +145,45 @@ def write_atomic(path, data, mode):
     _replace_atomically(path, mode, lambda handle: handle.write(data))
 
 
+# Directories that hold others' files: making one private would change the host beyond our own files.
+SHARED_DIRECTORIES = frozenset(("/", "/tmp", "/var/tmp", "/var", "/var/log", "/var/lib", "/home", "/root", "/etc",
+                                "/opt", "/srv", "/usr", "/dev/shm", "/run", "/mnt", "/media"))
+
+
+def log_dir_problem(path):
+    """Why ``path`` cannot be a private log directory (checked before anything is touched), or None.
+
+    It may not exist yet (it is then created 0750). A symbolic link, a file, a sticky directory shared by
+    everybody (like /tmp) and a system directory such as /var/log are refused.
+    """
+    if os.path.islink(path):
+        return (f"log directory {path} is a symbolic link (to {_link_target(path)}); refusing to use it: point "
+                "log_path into a real directory")
+    if not os.path.lexists(path):
+        return None
+    if not os.path.isdir(path):
+        return f"log directory {path} is not a directory"
+    if os.path.realpath(path) in SHARED_DIRECTORIES or os.stat(path).st_mode & stat.S_ISVTX:
+        return (f"log directory {path} is shared with other files and users and cannot be made private (the logs "
+                "hold the API key); point log_path into a directory of its own, e.g. /var/log/gpuops-sglang")
+    return None
+
+
 def ensure_private_dir(path, mode=LOG_DIRECTORY_MODE):
     """Create directory ``path`` with ``mode``, or take every access of others from an existing one.
 
-    Never loosens. Refuses a symbolic link, and a sticky directory shared by everybody such as /tmp
-    (it cannot be made private: the server's logs need a directory of their own).
+    Never loosens; refuses what ``log_dir_problem`` refuses.
     """
+    problem = log_dir_problem(path)
+    if problem:
+        raise SafeFileError(problem)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         os.makedirs(path, mode)
         return
-    except OSError as exc:
-        if os.path.islink(path):
-            raise SafeFileError(f"log directory {path} is a symbolic link (to {_link_target(path)}); refusing "
-                                "to use it: point log_path into a real directory") from None
-        if exc.errno == errno.ENOTDIR:
-            raise SafeFileError(f"log directory {path} is not a directory") from None
-        raise
     try:
-        info = os.fstat(fd)
-        if info.st_mode & stat.S_ISVTX:
-            raise SafeFileError(f"log directory {path} is shared by all users (sticky, like /tmp) and cannot be "
-                                "made private; point log_path into a directory of its own")
-        current = stat.S_IMODE(info.st_mode)
+        current = stat.S_IMODE(os.fstat(fd).st_mode)
         if current & 0o007:
             os.fchmod(fd, current & ~0o007)
     finally:
@@ -207,7 +222,10 @@ def rotate_log(log_path, generations=LOG_GENERATIONS, is_crash=log_shows_crash):
             os.replace(older, f"{log_path}.{generation + 1}")
     os.replace(log_path, previous)
     if first_crash:
-        _keep_as(previous, log_path + FIRST_CRASH_SUFFIX)
+        try:
+            _keep_as(previous, log_path + FIRST_CRASH_SUFFIX)
+        except OSError:
+            pass  # a full disk may refuse the copy: the crash is still in log.1, and the launch must go on
     return previous
 
 

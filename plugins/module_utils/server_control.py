@@ -65,9 +65,9 @@ SERVER_RANGES = dict(
     stop_timeout=option_ranges.seconds(0, 3600),
     gpu_free_timeout=option_ranges.seconds(0, 3600),
     gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
-    lock_timeout=option_ranges.seconds(0, 86400),
+    lock_timeout=option_ranges.LOCK_TIMEOUT,
     log_generations=option_ranges.count(1, 100),
-    progress_interval=option_ranges.seconds(0.1, 600),
+    progress_interval=option_ranges.PROGRESS_INTERVAL,
 )
 
 STATES = ("started", "restarted", "stopped")
@@ -96,7 +96,8 @@ def sha256_file(path):
 
 
 def validate_request(params):
-    """Check the request without looking at the host; raise one error listing every problem."""
+    """Check the request before any process is looked at or touched (files are only looked at); raise one
+    error listing every problem."""
     servers, state = params["servers"], params["state"]
     problems = option_ranges.range_problems(params, SERVER_RANGES)
     for pattern in params["ignore_gpu_holders"]:
@@ -143,6 +144,10 @@ def validate_request(params):
                                 f"and {name!r}")
             elif path:
                 seen_files[option, os.path.realpath(path)] = name
+        if launching and server.get("log_path"):
+            problem = safe_files.log_dir_problem(os.path.dirname(server["log_path"]) or ".")
+            if problem:
+                problems.append(f"{where}.log_path {server['log_path']}: {problem}")
         for option in ("log_path", "pid_file"):
             if server.get(option) and os.path.islink(server[option]):
                 problems.append(f"{where}.{option} {server[option]} is a symbolic link (to "
@@ -187,6 +192,10 @@ def exported_marker(script_text):
     return values[-1] if values else None
 
 
+def _is_index(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _gpu_keyed(values):
     return {str(index): value for index, value in sorted(values.items())}
 
@@ -196,13 +205,6 @@ def _describe(running, pid, values):
     described = {"running": running, "pid": pid}
     described.update((key, values.get(key)) for key in ("port", "gpus", "launch_script", "script_sha256", "log_path"))
     return described
-
-
-def process_text(pid):
-    """``pid 123 (python3 -m sglang.launch_server ...) of server 'gpu0'`` - command line scrubbed of keys."""
-    entry = procfs.describe(pid)
-    owner = f"of server {entry['server']!r}" if entry["server"] else "foreign"
-    return f"pid {pid} ({entry['cmdline']}) {owner}"
 
 
 # What each server goes through in the worker; the controller turns these into progress words.
@@ -217,7 +219,11 @@ class ServerPlan:
         self.spec = spec
         self.name = spec["name"]
         self.recorded = recorded
-        self.gpus = sorted(spec.get("gpus") or (recorded or {}).get("gpus") or [])
+        recorded_gpus = (recorded or {}).get("gpus")
+        # A state file is only read: a malformed GPU list counts as none recorded.
+        if not isinstance(recorded_gpus, list) or not all(_is_index(gpu) for gpu in recorded_gpus):
+            recorded_gpus = []
+        self.gpus = sorted(spec.get("gpus") or recorded_gpus)
         self.action = "unchanged"
         self.reason = ""
         self.processes = {}
@@ -397,7 +403,7 @@ class ServerControl:
                         plan.blockers[stale_pid] = stale_info
 
         gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
-        holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in gpus}) if gpus else {}
+        holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors.get(gpu, gpu) for gpu in gpus}) if gpus else {}
         for gpu in gpus:
             for pid in holders.get(gpu, []):
                 judge(pid, f"GPU {gpu}", [plan for plan in plans if plan.changes and gpu in plan.gpus])
@@ -436,9 +442,8 @@ class ServerControl:
 
     def _rescan(self, plan):
         """Children may have been spawned while the server was shutting down."""
-        found, group = self.owner.of_server(plan.name, plan.recorded)
+        found, plan.group = self.owner.of_server(plan.name, plan.recorded)  # no group once its leader is gone
         plan.processes.update(found)
-        plan.group = group or plan.group
 
     def _advance_stop(self, plan, now):
         alive = plan.processes_left = self.owner.still_alive(plan.targets())
@@ -483,12 +488,12 @@ class ServerControl:
         if now - plan.step_since < self.params["gpu_free_timeout"]:
             return
         plan.gpu_memory_after = _gpu_keyed(plan.gpu_used)
-        down = "is down" if plan.kills or plan.action == "launched" else "was not launched"
+        down = "is down" if plan.kills else "was not launched"
         if busy:
-            holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors[gpu] for gpu in busy})
+            holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors.get(gpu, gpu) for gpu in busy})
             described = []
             for gpu in busy:
-                who = "held by " + ", ".join(process_text(pid) for pid in holders[gpu]) if holders.get(gpu) else (
+                who = "held by " + ", ".join(self.process_text(pid) for pid in holders[gpu]) if holders.get(gpu) else (
                     "no process here holds the device (a process outside this container, or the driver)")
                 memory = f"still uses {used[gpu]} MiB" if gpu in used else f"memory unknown ({query_error})"
                 described.append(f"GPU {gpu} {memory}; {who}")
@@ -499,7 +504,7 @@ class ServerControl:
         else:
             self._fail(plan, now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="
                                   f"{self.params['gpu_free_timeout']:g} s by "
-                                  + ", ".join(process_text(pid) for pid in plan.port_holders), down=True)
+                                  + ", ".join(self.process_text(pid) for pid in plan.port_holders), down=True)
 
     def _launch(self, plan):
         spec = plan.spec
@@ -563,20 +568,20 @@ class ServerControl:
             now = time.monotonic()
             for plan in acting:
                 if plan.step in (STEP_STOPPING, STEP_KILLING):
-                    self._advance_stop(plan, now)
+                    self._guarded(plan, now, self._advance_stop, plan, now)
             verifying = [plan for plan in acting if plan.step == STEP_VERIFYING]
             if verifying:
                 used, query_error = self._memory_used(sorted({gpu for plan in verifying for gpu in plan.gpus}))
                 for plan in verifying:
-                    try:
-                        self._advance_verify(plan, used, query_error, now)
-                    except (LaunchError, OSError) as exc:  # SafeFileError is an OSError
-                        self._fail(plan, now, str(exc), down=True)
+                    self._guarded(plan, now, self._advance_verify, plan, used, query_error, now)
             pending = [plan for plan in acting if plan.step not in (STEP_DONE, STEP_FAILED)]
             if not pending or now - last_report >= 1.0:
                 last_report = now
-                progress({"elapsed": round(now - started, 1), "servers": [plan.progress(now) for plan in acting],
-                          "events": self.events})
+                try:
+                    progress({"elapsed": round(now - started, 1), "servers": [plan.progress(now) for plan in acting],
+                              "events": self.events})
+                except OSError:
+                    pass  # progress is for the eyes only (a full disk): the sequence must go on
             if not pending:
                 break
             time.sleep(_POLL_SECONDS)
@@ -592,6 +597,24 @@ class ServerControl:
                 remove_state(self.state_dir, owner)
         self.timings["act_s"] = round(time.monotonic() - started, 3)
         return self._result(plans)
+
+    def _guarded(self, plan, now, step, *args):
+        """One server's step; whatever it raises fails that server alone, never the sequence of the others."""
+        try:
+            step(*args)
+        except LaunchError as exc:
+            self._fail(plan, now, str(exc), down=True)
+        except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
+            stopped = "is down" if plan.kills else "was not launched"
+            self._fail(plan, now, scrub_text(f"{plan.name} {stopped}: {type(exc).__name__}: {exc}"), down=True)
+
+    def process_text(self, pid):
+        """``pid 123 (python3 -m sglang.launch_server ...) of server 'gpu0'`` - command line scrubbed of keys."""
+        info = procfs.read_process(pid)
+        owner = self.owner.owner(pid)
+        whose = {"ours": f"of server {owner.server!r}", "other_deployment": f"of server {owner.server!r} of another "
+                 f"deployment ({owner.deployment})"}.get(owner.verdict, "foreign")
+        return f"pid {pid} ({info.cmdline if info else 'gone'}) {whose}"
 
     def _memory_used(self, gpus):
         """Used MiB per GPU index, and the error of a failed query (the GPUs then count as not verified)."""
@@ -669,7 +692,7 @@ class ServerControl:
         params = self.params
         started = time.monotonic()
         validate_request(params)
-        if params.get("run_id"):
+        if params.get("run_id") and not self.check_mode:
             try:
                 run_lock.renew(self.state_dir, params["run_id"])
             except run_lock.RunLockError as exc:
@@ -683,8 +706,9 @@ class ServerControl:
             raise ServerControlError(str(exc))
         try:
             self.timings["lock_wait_s"] = round(waited, 3)
-            interrupted = [_interrupted_summary(record) for record in host_job.unreported(self.state_dir)]
-            for record in host_job.unreported(self.state_dir):
+            earlier = host_job.unreported(self.state_dir)
+            interrupted = [_interrupted_summary(record) for record in earlier]
+            for record in earlier:
                 host_job.mark_reported(self.state_dir, record)
             plans, scripts, diffs = self._read_host(check_mode=False)
             extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
@@ -703,6 +727,8 @@ class ServerControl:
                                keep_fds=(lock_fd,))
             except OSError as exc:
                 raise ServerControlError(f"cannot record the job in {self.state_dir}: {exc}; no server was stopped")
+            except host_job.WorkerNotStarted as exc:
+                raise ServerControlError(str(exc))
         finally:
             release_host_lock(lock_fd)
         return follow(self.state_dir, job_id, time.time() + slice_seconds)
@@ -710,9 +736,9 @@ class ServerControl:
     def _read_host(self, check_mode):
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
-        _require_present(present, [(gpu, f"{gpu} of server {spec['name']!r}")
-                                   for spec in self.params["servers"] for gpu in spec.get("gpus") or []])
         plans = [self._plan(spec) for spec in self.params["servers"]]
+        # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
+        _require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
         for plan in plans:
             plan.gpu_memory_before = _gpu_keyed({
                 gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
@@ -730,11 +756,17 @@ class LaunchError(Exception):
     """One server could not be launched; the others go on."""
 
 
-def follow(state_dir, job_id, until, events_seen=0):
+def follow(state_dir, job_id, until, events_seen=0, run_id=None):
     """The job's final result (marked reported), or a progress result with ``carry`` while it runs.
 
     Either carries ``progress``: the latest snapshot, with only the events the caller has not seen.
+    Each call renews the run's lease (``run_id``): the sequence may outlast it otherwise.
     """
+    if run_id:
+        try:
+            run_lock.renew(state_dir, run_id)
+        except run_lock.RunLockError:
+            pass  # the worker holds the host flock to the end; the next call of the run will say it
     record = host_job.follow(state_dir, job_id, until)
     if record is None:
         raise ServerControlError(f"the record of job {job_id} is gone from {state_dir}")
@@ -744,7 +776,11 @@ def follow(state_dir, job_id, until, events_seen=0):
     if record["status"] == "running":
         return {"changed": True, "carry": {"job": job_id, "events_seen": len(events)}, "progress": progress}
     host_job.mark_reported(state_dir, record)
-    return dict(record["result"], progress=progress)
+    result = dict(record["result"], progress=progress)
+    if record["status"] != "done":  # the worker failed or died: its words are all there is
+        result["msg"] = scrub_text(result.get("msg"))
+        result["traceback"] = scrub_text(result.get("traceback"))
+    return result
 
 
 def _interrupted_summary(record):

@@ -109,15 +109,17 @@ class ServerProcesses:
                  if pid not in self.protected and self.alive(pid, info.starttime)}
         signalled_groups = set()
         for group in groups:
-            if group and group not in self.protected:
+            # Only a group still led by a process of ours (same start time): its number may be a stranger's now.
+            if group and group not in self.protected and group in alive:
                 try:
                     os.killpg(group, sig)
                     signalled_groups.add(group)
                 except OSError:
                     pass
         for pid, info in list(alive.items()):
-            if info.pgid in signalled_groups:
-                continue
+            current = procfs.read_process(pid, self.proc_root)
+            if current is not None and current.pgid in signalled_groups:
+                continue  # reached by the group signal (read now: it may have changed its group since)
             try:
                 os.kill(pid, sig)
             except OSError:

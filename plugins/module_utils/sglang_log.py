@@ -538,6 +538,18 @@ class LogState:
         }
 
 
+# What a crash or a stop interrupted is the phase before them.
+_NOT_A_PHASE_REACHED = ("crashed", "stopping")
+
+
+def phase_reached(timeline, phase):
+    """``(phase, component)`` of the last startup step a log reached (what a crash interrupted), not 'crashed'."""
+    for entry in reversed(timeline or []):
+        if entry.get("phase") not in _NOT_A_PHASE_REACHED:
+            return entry["phase"], entry.get("component") or "target"
+    return (phase if phase and phase not in _NOT_A_PHASE_REACHED else "launching"), "target"
+
+
 def parse_log(text):
     """Parse a whole log text; see ``LogState.as_dict()`` for the result."""
     state = LogState()

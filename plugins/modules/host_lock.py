@@ -12,9 +12,10 @@ description:
     of the run (M(gpuops.sglang.server), M(gpuops.sglang.wait) with O(run_id)) confirms and renews it and fails,
     touching nothing, when another run took it over. O(state=released) gives it back.
   - A second run waits up to O(lock_timeout) seconds, printing who holds the host, then fails naming the holder.
-  - A lease left by a dead run is taken over - at once when the holder ran on this controller and its
-    C(ansible-playbook) process is gone (checked by the action plugin), otherwise once it was not renewed for
-    O(lease_timeout) seconds, or when O(take_over) names it (for an operator who knows that run is dead).
+  - A lease left by a dead run is taken over - at once when the holder ran on this controller (same host name
+    and C(/etc/machine-id)) and its C(ansible-playbook) process is gone (same pid with the recorded start time;
+    checked by the action plugin), otherwise once it was not renewed for O(lease_timeout) seconds, or when
+    O(take_over) names it (for an operator who knows that run is dead).
 version_added: 0.2.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
@@ -137,17 +138,22 @@ def main():
     started = (params["_carry"] or {}).get("started") or time.time()
     slice_end = time.time() + params["progress_interval"]
     while True:
-        claimed, holder = run_lock.try_claim(state_dir, run, params["lease_timeout"], take_over=params["take_over"])
+        try:
+            claimed, holder = run_lock.try_claim(state_dir, run, params["lease_timeout"], take_over=params["take_over"])
+        except run_lock.RunLockError as exc:
+            module.fail_json(msg=str(exc), run_id=run["run_id"])
         now = time.time()
         if claimed:
             module.exit_json(changed=False, run_id=run["run_id"], taken_over=holder, waited=round(now - started, 1))
-        if now - started >= params["lock_timeout"]:
+        # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
+        # of this controller and take it over in the next slice.
+        first = params["_carry"] is None
+        if not first and now - started >= params["lock_timeout"]:
             module.fail_json(msg=f"host held by {run_lock.describe_holder(holder, now)}; gave up after "
                                  f"lock_timeout={params['lock_timeout']:g} s. If that run is dead, wait for its lease "
                                  f"to expire or take it over with take_over={holder['run_id']} "
                                  "(relaunch_take_over_run)", holder=holder, run_id=run["run_id"])
-        # The first answer comes at once, so the action plugin can tell a dead holder of this controller.
-        if now >= slice_end or params["_carry"] is None:
+        if first or now >= slice_end:
             module.exit_json(changed=False, run_id=run["run_id"], holder=holder,
                              holder_text=run_lock.describe_holder(holder, now), carry={"started": started})
         time.sleep(_RETRY_SECONDS)

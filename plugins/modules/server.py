@@ -413,11 +413,14 @@ def main():
         if params["_carry"]:
             carry = params["_carry"]
             result = follow(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
-                            carry.get("events_seen", 0))
+                            carry.get("events_seen", 0), None if module.check_mode else params["run_id"])
         else:
             result = ServerControl(params, check_mode=module.check_mode).apply(params["progress_interval"])
     except ServerControlError as exc:
         module.fail_json(msg=scrub_text(str(exc), params["secrets"]), **exc.details)
+    except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
+        # Nothing unexpected may reach the controller as a raw traceback: it could quote a command line.
+        module.fail_json(msg=scrub_text(f"unexpected {type(exc).__name__}: {exc}", params["secrets"]))
     # One diff per server set plus one per written script (Ansible shows a list of diffs in order).
     diffs = [result.pop("diff")] if "diff" in result else []
     diffs += result.pop("script_diffs", None) or []

@@ -233,6 +233,11 @@ servers:
       description: Pids killed because the server stalled (O(kill_stalled)).
       type: list
       elements: int
+    not_killed:
+      description:
+        - Why a stalled server was not killed although O(kill_stalled=true) - another call held the host lock
+          (it may be relaunching the server), or another run replaced it; null otherwise.
+      type: str
     msg:
       description: One sentence about this server.
       type: str

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     phase_reached,
 )
 

@@ -456,7 +456,7 @@ def test_a_negative_stall_timeout_is_refused_on_the_controller_and_the_fleet_kee
                           args=["-e", "relaunch_stall_timeout=-5"])
     assert result.rc != 0
     assert result.module_calls() == [], "refused before any module ran on the host"
-    [refusal] = [message for message in failures(result)]
+    [refusal] = list(failures(result))
     assert "relaunch_stall_timeout=-5 is out of range: use 1-86400 s, or 0 to turn it off" in refusal
     assert_untouched(pids, sim_host.dir / "state")
 
@@ -520,4 +520,3 @@ def test_an_api_key_in_a_foreign_command_line_is_never_shown(sim_host, fake_gpus
         for process in foreign:
             process.kill()
             process.wait()
-

@@ -8,6 +8,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     SafeFileError,
     ensure_private_dir,
+    log_dir_problem,
     log_shows_crash,
     open_append_no_follow,
     open_lock_file,
@@ -159,7 +160,7 @@ def test_private_dir_refuses_a_symlink_a_file_and_a_shared_sticky_dir(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    with pytest.raises(SafeFileError, match="sticky"):
+    with pytest.raises(SafeFileError, match="is shared with other files and users"):
         ensure_private_dir(str(shared))
     assert mode_of(shared) == 0o1777
 
@@ -262,3 +263,8 @@ def test_is_crash_is_the_callers_choice(tmp_path):
     write_log(log, "no SGLang crash marker here\n")
     rotate_log(log, is_crash=lambda path: path == log)
     assert content(log + ".first-crash") == "no SGLang crash marker here\n"
+
+
+@pytest.mark.parametrize("directory", ["/var/log", "/tmp", "/"])
+def test_system_directories_are_never_made_private(directory):
+    assert "cannot be made private" in log_dir_problem(directory)
