@@ -1,14 +1,21 @@
-"""The AWX / Automation Controller path: relaunch.yml run by ansible-runner, as AWX runs job templates.
+"""The AWX / Automation Controller path: the playbooks run by ansible-runner, as AWX runs job templates.
 
 AWX turns every display call outside a callback into a `verbose` job event; the wait action's live progress
-lines must arrive that way, while the playbook runs, next to the normal task events.
+lines must arrive that way, while the playbook runs, next to the normal task events. The later tests lay out
+the private data dir as AWX does for a job (env/extravars with the survey answers and the injected API key,
+env/settings with idle_timeout and job_timeout, env/envvars, inventory/, project/) and run it unchanged.
 """
 
+import json
 import os
+import threading
 
 import ansible_runner
+import yaml
 
 from .conftest import BIN_DIR, REPO_ROOT
+
+API_KEY = "sk-awx-Zq8Wm3Vt7Rb2Lp9X"
 
 
 def test_relaunch_through_ansible_runner_streams_progress_as_verbose_events(sim_host, tmp_path, monkeypatch):
@@ -44,3 +51,177 @@ def test_relaunch_through_ansible_runner_streams_progress_as_verbose_events(sim_
     # The progress lines came before the wait task's result, i.e. while it was still running.
     assert events.index(waited[0]) > min(events.index(event) for event in events
                                          if event["event"] == "verbose" and "simhost:" in event.get("stdout", ""))
+
+
+class AwxJob:
+    """One AWX-style job: a private data dir as AWX writes it, run by ansible-runner in a thread."""
+
+    def __init__(self, sim_host, tmp_path, job_id, playbook, answers, idle_timeout=60, job_timeout=300):
+        self.job_id = job_id
+        self.dir = tmp_path / f"awx-job-{job_id}"
+        (self.dir / "env").mkdir(parents=True)
+        (self.dir / "inventory").mkdir()
+        # AWX syncs the project into project/; the checkout itself stands in for it.
+        os.symlink(REPO_ROOT, self.dir / "project")
+        (self.dir / "inventory" / "hosts.yml").write_text(sim_host.inventory.read_text())
+        # Survey answers, the credential's injected extra var and AWX's own job variables, as AWX writes them.
+        extravars = {"awx_job_id": job_id, "tower_job_id": job_id, "awx_job_template_name": "sglang relaunch",
+                     "sglang_api_key": API_KEY, **answers}
+        (self.dir / "env" / "extravars").write_text(yaml.safe_dump(extravars))
+        (self.dir / "env" / "settings").write_text(yaml.safe_dump(
+            {"idle_timeout": idle_timeout, "job_timeout": job_timeout, "pexpect_timeout": 5,
+             "suppress_ansible_output": True}))
+        envvars = {key: value for key, value in sim_host.env.items() if key.startswith(("ANSIBLE_", "GPUOPS_"))}
+        envvars["PATH"] = BIN_DIR + os.pathsep + os.environ["PATH"]
+        envvars["ANSIBLE_LOCAL_TEMP"] = str(self.dir / "ansible-tmp")
+        (self.dir / "env" / "envvars").write_text(yaml.safe_dump(envvars))
+        self.playbook = playbook
+        self.events = []
+        self.runner = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        self.runner = ansible_runner.run(private_data_dir=str(self.dir), playbook=self.playbook,
+                                         ident=str(self.job_id), quiet=True,
+                                         event_handler=lambda event: self.events.append(event) or True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def join(self, timeout=240):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"AWX job {self.job_id} still running after {timeout} s"
+        return self
+
+    def run(self):
+        return self.start().join()
+
+    @property
+    def status(self):
+        return self.runner.status
+
+    def tail(self, count=40):
+        return "\n".join(event.get("stdout", "") for event in self.events[-count:])
+
+    def results(self, event_type, action=None):
+        return [event for event in self.events if event["event"] == event_type
+                and (action is None or event["event_data"].get("task_action") == action)]
+
+    def progress(self):
+        return [event for event in self.events if event["event"] == "verbose" and "simhost:" in event.get("stdout", "")]
+
+    def everything_recorded(self):
+        """Every event as JSON, the job's stdout and every artifact file: what AWX stores and shows."""
+        texts = [json.dumps(event) for event in self.events]
+        for root, _dirs, files in os.walk(self.dir / "artifacts"):
+            for name in files:
+                with open(os.path.join(root, name), errors="replace") as handle:
+                    texts.append(handle.read())
+        return "\n".join(texts)
+
+
+def sim_env(sim_host, **extra):
+    """The simulated host's sglang_env with more variables (a survey-free way to slow or break the servers)."""
+    return {**sim_host.host_vars["sglang_env"], **extra}
+
+
+def test_awx_job_streams_progress_beats_idle_timeout_and_never_shows_the_api_key(sim_host, tmp_path):
+    # Slower servers than the other tests: the wait lasts several times the idle_timeout, with no task event
+    # in between; only the progress lines keep the job alive.
+    idle_timeout = 3
+    answers = {"relaunch_state": "restarted", "sglang_gpu_count": 2, "relaunch_batch_size": 0,
+               "relaunch_wait_timeout": 120, "relaunch_lock_timeout": 60, "relaunch_progress_interval": 0.5,
+               "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="1.4")}
+    job = AwxJob(sim_host, tmp_path, 4101, "playbooks/relaunch.yml", answers, idle_timeout=idle_timeout).run()
+    assert job.status == "successful", job.tail()
+
+    waited = job.results("runner_on_ok", "gpuops.sglang.wait")
+    assert len(waited) == 1 and [server["status"] for server in waited[0]["event_data"]["res"]["servers"]] == [
+        "ready", "ready"]
+    started = [event for event in job.events if event["event"] == "playbook_on_task_start"
+               and event["event_data"].get("task_action") == "gpuops.sglang.wait"]
+    assert len(started) == 1
+    # Precondition of what this test shows: the wait task outlived idle_timeout (else it proves nothing).
+    assert waited[0]["event_data"]["duration"] > 2 * idle_timeout, waited[0]["event_data"]["duration"]
+
+    # Progress arrived as verbose events between the wait's task start and its result, timestamps included.
+    progress = job.progress()
+    start_index, ok_index = job.events.index(started[0]), job.events.index(waited[0])
+    during = [event for event in progress if start_index < job.events.index(event) < ok_index]
+    assert len(during) >= 3, [event["stdout"] for event in progress]
+    assert all(event["created"] < waited[0]["created"] for event in during)
+    assert any("loading weights" in event["stdout"] or "capturing cuda graph" in event["stdout"]
+               for event in during), [event["stdout"] for event in during]
+
+    # The summary is in the final events: after the wait, right before the stats.
+    assert job.events[-1]["event"] == "playbook_on_stats"
+    summaries = [event for event in job.events[ok_index:] if event["event"] == "runner_on_ok"
+                 and "2/2 servers ready" in json.dumps(event["event_data"].get("res", {}))]
+    assert summaries, job.tail()
+    assert "2/2 servers ready" in "\n".join(event.get("stdout", "") for event in job.events[ok_index:])
+
+    # The injected key reached the servers (the wait authenticated) but no event, stdout or artifact shows it.
+    assert API_KEY in (sim_host.script_dir / "gpu0.sh").read_text()
+    assert API_KEY not in job.everything_recorded()
+
+
+def test_awx_job_with_a_crashing_server_fails_with_the_traceback(sim_host, tmp_path):
+    servers = [{"name": f"s{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(2)]
+    servers[1]["env"] = {"SGLANG_SIM_FAULT": "oom_load"}
+    answers = {"relaunch_state": "restarted", "sglang_servers": servers, "relaunch_wait_timeout": 60}
+    job = AwxJob(sim_host, tmp_path, 4102, "playbooks/relaunch.yml", answers).run()
+    assert job.status == "failed", job.tail()
+
+    failed = job.results("runner_on_failed")
+    messages = [json.dumps(event["event_data"]["res"].get("msg")) for event in failed]
+    crashed = [message for message in messages if "s1 crashed" in message]
+    assert crashed, messages
+    assert "Traceback" in crashed[0] and "OutOfMemoryError" in crashed[0], crashed[0]
+    # The crash is also in the job's stdout as AWX shows it, and the key still in nothing recorded.
+    assert "s1 crashed" in "\n".join(event.get("stdout", "") for event in job.events)
+    assert API_KEY not in job.everything_recorded()
+
+
+def _state(sim_host, name):
+    return json.loads((sim_host.dir / "state" / f"{name}.json").read_text())
+
+
+def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait_until):
+    slow = {"sglang_gpu_count": 2, "relaunch_state": "restarted",
+            "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="0.3")}
+    first = AwxJob(sim_host, tmp_path, 5001, "playbooks/relaunch.yml", slow).start()
+    wait_until(lambda: (sim_host.dir / "state" / "run.json").exists(), timeout=60, what="job 5001 to hold the host")
+    # Started while 5001 holds the host: one gives up after a second, one waits for the host.
+    impatient = AwxJob(sim_host, tmp_path, 5002, "playbooks/relaunch.yml",
+                       {**slow, "relaunch_lock_timeout": 1}).start()
+    patient = AwxJob(sim_host, tmp_path, 5003, "playbooks/relaunch.yml",
+                     {**slow, "relaunch_state": "started", "relaunch_lock_timeout": 120}).start()
+    for job in (first, impatient, patient):
+        job.join()
+
+    assert first.status == "successful", first.tail()
+    launched = {server["name"]: server for server in first.results("runner_on_ok", "gpuops.sglang.wait")[0][
+        "event_data"]["res"]["servers"]}
+    assert set(launched) == {"gpu0", "gpu1"}
+    pids = {name: _state(sim_host, name)["pid"] for name in launched}
+
+    # The impatient job failed clearly, naming the job holding the host, and touched no server.
+    assert impatient.status == "failed", impatient.tail()
+    failures = "\n".join(json.dumps(event["event_data"]["res"].get("msg")) for event in
+                         impatient.results("runner_on_failed"))
+    assert "AWX job 5001" in failures, failures
+    assert not impatient.results("runner_on_ok", "gpuops.sglang.server")
+    assert not impatient.results("runner_on_failed", "gpuops.sglang.server")
+
+    # The patient job said who it waited for, then found everything running: nothing killed twice.
+    assert patient.status == "successful", patient.tail()
+    waiting = [event["stdout"] for event in patient.events if "waiting for the host" in event.get("stdout", "")]
+    assert waiting and "AWX job 5001" in waiting[0], patient.tail()
+    server_results = patient.results("runner_on_ok", "gpuops.sglang.server")
+    assert server_results and not any(event["event_data"]["res"].get("changed") for event in server_results)
+    assert {name: _state(sim_host, name)["pid"] for name in launched} == pids
+    # One launch per server in all three jobs: a second launch would have rotated the first log away.
+    assert not any((sim_host.log_dir / f"{name}.log.1").exists() for name in launched)
+    for job in (first, impatient, patient):
+        assert API_KEY not in job.everything_recorded()
