@@ -36,7 +36,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _raw:
-  description: One sentence, e.g. C(port 22: connection refused).
+  description: 'One sentence, e.g. C(port 22: connection refused).'
   type: list
   elements: str
 """

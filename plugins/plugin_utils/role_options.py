@@ -38,6 +38,8 @@ ROLE_OPTION_RANGES = {
     # gpuops.sglang.relaunch: the variables passed to a module take that module's range, so the role never
     # accepts what the module would refuse on the host.
     "relaunch_batch_size": count(0, 4096),
+    "relaunch_expect_min_running_requests": count(1, 10 ** 12),
+    "relaunch_expect_min_total_tokens": count(1, 10 ** 12),
     "relaunch_stop_timeout": SERVER_RANGES["stop_timeout"],
     "relaunch_gpu_free_timeout": SERVER_RANGES["gpu_free_timeout"],
     "relaunch_gpu_free_threshold_mib": SERVER_RANGES["gpu_free_threshold_mib"],

@@ -40,7 +40,7 @@ AWX_VARS = os.path.join(META, "awx", "awx_vars.yml")
 SURVEY_SPECS = {"relaunch.json": ("relaunch", "main"), "stop.json": ("relaunch", "stop"),
                 "deploy.json": ("launch_scripts", "main")}
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
-COMPATIBLE = {"integer": {"int", "float"}, "float": {"float"}, "multiplechoice": {"str"}, "text": {"str"},
+COMPATIBLE = {"integer": {"int", "float"}, "float": {"float"}, "multiplechoice": {"str"}, "text": {"str", "list"},
               "textarea": {"str"}}
 
 
@@ -113,7 +113,8 @@ def test_no_survey_asks_for_a_secret():
     for name, survey in surveys().items():
         for question in survey["spec"]:
             assert question["type"] != "password", f"{name}: secrets come from credentials"
-            assert "api_key" not in question["variable"] and "token" not in question["variable"], name
+            # Token counts (max_total_num_tokens) are not secrets; API keys and access tokens are.
+            assert not re.search(r"api_key|_token\b|^token", question["variable"]), name
 
 
 @pytest.mark.parametrize("survey_name", sorted(SURVEY_SPECS))
@@ -248,7 +249,8 @@ def test_awx_configure_defines_the_templates_the_issue_asks_for(awx_collection):
     nodes = {node["identifier"]: node for node in workflow["workflow_nodes"]}
     assert nodes["relaunch"]["unified_job_template"]["name"] in templates
     assert nodes["relaunch"]["related"]["always_nodes"] == [{"identifier": "status"}]
-    assert nodes["status"]["unified_job_template"]["name"] == "SGLang status" in templates
+    assert nodes["status"]["unified_job_template"]["name"] == "SGLang status"
+    assert "SGLang status" in templates
     assert workflow["allow_simultaneous"] is False and workflow["ask_limit_on_launch"] is True
 
 

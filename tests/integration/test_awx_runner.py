@@ -191,7 +191,7 @@ def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait
     slow = {"sglang_gpu_count": 2, "relaunch_state": "restarted",
             "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="0.3")}
     first = AwxJob(sim_host, tmp_path, 5001, "playbooks/relaunch.yml", slow).start()
-    wait_until(lambda: (sim_host.dir / "state" / "run.json").exists(), timeout=60, what="job 5001 to hold the host")
+    wait_until((sim_host.dir / "state" / "run.json").exists, timeout=60, what="job 5001 to hold the host")
     # Started while 5001 holds the host: one gives up after a second, one waits for the host.
     impatient = AwxJob(sim_host, tmp_path, 5002, "playbooks/relaunch.yml",
                        {**slow, "relaunch_lock_timeout": 1}).start()

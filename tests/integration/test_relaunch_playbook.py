@@ -130,3 +130,24 @@ def test_check_mode_judges_the_new_scripts_and_touches_nothing(sim_host):
     assert not (sim_host.dir / "state" / "gpu2.json").exists()
     assert not (sim_host.script_dir / "gpu2.sh").exists()
     assert "--max-running-requests" not in (sim_host.script_dir / "gpu1.sh").read_text()
+
+
+def test_only_the_named_servers_are_relaunched_and_survey_minimums_are_checked(sim_host):
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 3}).rc == 0
+    pids = {name: state_pid(sim_host, name) for name in ("gpu0", "gpu1", "gpu2")}
+    # As an AWX survey passes them: one comma-separated string, numbers as strings.
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 3, "relaunch_state": "restarted",
+                                       "relaunch_only_servers": "gpu1, gpu2",
+                                       "relaunch_expect_min_running_requests": "100000"})
+    assert result.rc != 0
+    assert set(server_actions(result)) == {"gpu1", "gpu2"}
+    assert state_pid(sim_host, "gpu0") == pids["gpu0"], "a server not named is left alone"
+    assert all(state_pid(sim_host, name) != pids[name] for name in ("gpu1", "gpu2"))
+    assert [line.split()[0] for line in summary(result)[2:]] == ["gpu1", "gpu2"]
+    [failed] = result.task("configured against relaunch_expect")
+    assert "is below the expected minimum 100000" in failed["msg"][0]
+
+    unknown = sim_host.run("relaunch", {"sglang_gpu_count": 3, "relaunch_only_servers": ["gpu1", "gpu9"]})
+    assert unknown.rc != 0 and "gpuops.sglang.host_lock" not in unknown.module_calls()
+    assert ("relaunch_only_servers names servers this host does not have: gpu9 (its servers: gpu0, gpu1, gpu2)"
+            in unknown.task("Check that relaunch_only_servers")[0]["msg"])
