@@ -151,3 +151,16 @@ def test_exit_status_of_an_unreaped_process(code, expected):
     finally:
         process.wait()
     assert procfs.read_process(process.pid) is None
+
+
+def test_command_lines_are_read_without_api_keys():
+    # As its own argument, and inside one (`sh -c "... --api-key K"`).
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--api-key", "S3CRET-a",
+                                "python3 -m sglang.launch_server --api-key S3CRET-b --port 1"])
+    try:
+        info = procfs.read_process(process.pid)  # Popen returns after the exec: the command line is final
+        assert "S3CRET" not in info.cmdline and not any("S3CRET" in arg for arg in info.argv)
+        assert info.argv[-1] == "python3 -m sglang.launch_server --api-key ******** --port 1"
+    finally:
+        process.kill()
+        process.wait()
