@@ -158,7 +158,11 @@ def test_command_lines_are_read_without_api_keys():
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--api-key", "S3CRET-a",
                                 "python3 -m sglang.launch_server --api-key S3CRET-b --port 1"])
     try:
-        info = procfs.read_process(process.pid)  # Popen returns after the exec: the command line is final
+        deadline = time.monotonic() + 10
+        info = procfs.read_process(process.pid)
+        while "time.sleep(60)" not in info.cmdline and time.monotonic() < deadline:  # until the exec is visible
+            time.sleep(0.01)
+            info = procfs.read_process(process.pid)
         assert "S3CRET" not in info.cmdline and not any("S3CRET" in arg for arg in info.argv)
         assert info.argv[-1] == "python3 -m sglang.launch_server --api-key ******** --port 1"
     finally:
