@@ -55,6 +55,36 @@ def tagged_pids(token):
             if name.isdigit() and int(name) != os.getpid() and needle in _environ(name)]
 
 
+def stat_fields(pid):
+    """Fields 3.. of /proc/<pid>/stat (state, ppid, pgrp, session, ...), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(pid):
+    """The process runs (a zombie does not)."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def descendants(root):
+    """Every process below ``root`` (children, grandchildren, ...): what Ctrl-C or a dropped connection ends."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        fields = stat_fields(entry) if entry.isdigit() else None
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 @pytest.fixture(autouse=True)
 def test_token():
     """A token unique to this test; every process carrying it is killed when the test ends."""
@@ -202,6 +232,26 @@ def host_args(tmp_path, fake_gpus):
     """Module options pointing at the fake host: state_dir, nvidia_smi, gpu_device_dir, nvidia_driver_dir."""
     return {"state_dir": str(tmp_path / "state"), "nvidia_smi": fake_gpus.nvidia_smi,
             "gpu_device_dir": fake_gpus.device_dir, "nvidia_driver_dir": fake_gpus.driver_dir}
+
+
+def read_state(host_args, name):
+    """The state file gpuops.sglang.server wrote for server ``name``."""
+    with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def launched(ansible, host_args, fake_gpus, wait_until):
+    """``launched(*specs, **options)`` starts the servers through gpuops.sglang.server (options: state, ...) and
+    waits until each holds GPU memory; returns their pids by name."""
+    def launch(*specs, **options):
+        result = ansible.module("gpuops.sglang.server", dict(host_args, servers=list(specs), **options))
+        assert not result.get("failed"), result.get("msg")
+        for spec in specs:
+            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 1024 for gpu in spec["gpus"]),
+                       what=f"{spec['name']} holding GPU memory")
+        return {server["name"]: server["pid"] for server in result["servers"]}
+    return launch
 
 
 class PlaybookRun:

@@ -18,7 +18,15 @@ import urllib.request
 
 import pytest
 
-from .conftest import BIN_DIR, PYTHON, REPO_ROOT, SIMULATOR_DIR, TOKEN_VAR
+from .conftest import (
+    BIN_DIR,
+    PYTHON,
+    REPO_ROOT,
+    SIMULATOR_DIR,
+    TOKEN_VAR,
+    alive,
+    descendants,
+)
 
 SERVER = "gpuops.sglang.server"
 WAIT = "gpuops.sglang.wait"
@@ -27,32 +35,6 @@ SECRET = "sk-fault-matrix-7f3c9e21d4"
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(root):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def read_json(path):
@@ -115,19 +97,6 @@ def assert_untouched(pids, state_dir):
     for name, pid in pids.items():
         assert alive(pid), f"{name} (pid {pid}) was killed"
         assert state_pid(state_dir, name) == pid, f"{name} was relaunched"
-
-
-@pytest.fixture
-def launched(ansible, host_args, fake_gpus, wait_until):
-    """``launched(*specs)`` starts the servers through the module and waits until each holds GPU memory."""
-    def launch(*specs, **options):
-        result = ansible.module(SERVER, dict(host_args, servers=list(specs), **options))
-        assert not result.get("failed"), result.get("msg")
-        for spec in specs:
-            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 1024 for gpu in spec["gpus"]),
-                       what=f"{spec['name']} holding GPU memory")
-        return {server["name"]: server["pid"] for server in result["servers"]}
-    return launch
 
 
 @pytest.fixture

@@ -13,53 +13,11 @@ import time
 
 import pytest
 
+from .conftest import alive, descendants, read_state
+
 SERVER = "gpuops.sglang.server"
 WAIT = "gpuops.sglang.wait"
 LOCK = "gpuops.sglang.host_lock"
-
-
-def read_state(host_args, name):
-    with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:
-        return json.load(handle)
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(root):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-@pytest.fixture
-def launched(ansible, host_args, fake_gpus, wait_until):
-    """``launched(*specs)`` starts the servers through the module and waits until each holds GPU memory."""
-    def launch(*specs, **options):
-        result = ansible.module(SERVER, dict(host_args, servers=list(specs), **options))
-        assert not result.get("failed"), result.get("msg")
-        for spec in specs:
-            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 1024 for gpu in spec["gpus"]),
-                       what=f"{spec['name']} holding GPU memory")
-        return {server["name"]: server["pid"] for server in result["servers"]}
-    return launch
 
 
 def test_a_gpu_that_is_not_freed_leaves_only_its_own_server_down(ansible, host_args, make_server, launched):

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from .conftest import alive, read_state, stat_fields
+
 MODULE = "gpuops.sglang.server"
 MARKER = b"GPUOPS_SGLANG_SERVER="
 
@@ -37,31 +39,12 @@ def marked(test_token):
     return pids
 
 
-def stat_fields(pid):
-    """Fields 3.. of /proc/<pid>/stat (state, ppid, pgrp, session, ...), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def alive(pid):
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
-
-
 def read_text(path):
     try:
         with open(path) as handle:
             return handle.read()
     except OSError:
         return ""
-
-
-def read_state(host_args, name):
-    with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:
-        return json.load(handle)
 
 
 @pytest.fixture
@@ -72,26 +55,13 @@ def server(ansible, host_args):
     return run
 
 
-@pytest.fixture
-def started(server, fake_gpus, wait_until):
-    """``started(*specs)`` launches the servers and waits until each holds GPU memory; returns their pids."""
-    def start(*specs):
-        result = server(list(specs))
-        assert not result.get("failed"), result.get("msg")
-        for spec in specs:
-            wait_until(lambda spec=spec: all(fake_gpus.used_mib(gpu) > 0 for gpu in spec["gpus"]),
-                       what=f"server {spec['name']} to allocate GPU memory")
-        return {entry["name"]: entry["pid"] for entry in result["servers"]}
-    return start
-
-
 def by_name(result):
     return {entry["name"]: entry for entry in result["servers"]}
 
 
-def test_start_records_state_and_second_run_is_idempotent(server, started, make_server, host_args, fake_gpus, marked):
+def test_start_records_state_and_second_run_is_idempotent(server, launched, make_server, host_args, fake_gpus, marked):
     alpha, beta = make_server("alpha", [0, 1]), make_server("beta", [2])
-    pids = started(alpha, beta)
+    pids = launched(alpha, beta)
     for spec in (alpha, beta):
         state = read_state(host_args, spec["name"])
         assert state["pid"] == state["pgid"] == pids[spec["name"]]
@@ -111,7 +81,7 @@ def test_start_records_state_and_second_run_is_idempotent(server, started, make_
         assert entry["killed_pids"] == []
 
 
-def test_same_server_name_in_another_deployment_is_left_alone(server, started, make_server, marked, tmp_path):
+def test_same_server_name_in_another_deployment_is_left_alone(server, launched, make_server, marked, tmp_path):
     """Two deployments (state_dirs) on one host may both call a server alpha; each only touches its own."""
     ours = make_server("alpha", [0])
     theirs = make_server("alpha-theirs", [1])
@@ -126,7 +96,7 @@ def test_same_server_name_in_another_deployment_is_left_alone(server, started, m
     result = server([theirs], state_dir=other)
     assert not result.get("failed"), result.get("msg")
     their_pids = set(marked("alpha"))
-    pids = started(ours)
+    pids = launched(ours)
     assert set(marked("alpha")) - their_pids, "our alpha should have started beside theirs"
 
     result = server([ours], state="restarted")
@@ -136,9 +106,9 @@ def test_same_server_name_in_another_deployment_is_left_alone(server, started, m
     assert all(alive(pid) for pid in their_pids)
 
 
-def test_changed_script_relaunches_only_that_server(server, started, make_server, fake_gpus, marked):
+def test_changed_script_relaunches_only_that_server(server, launched, make_server, fake_gpus, marked):
     alpha, beta = make_server("alpha", [0, 1]), make_server("beta", [2])
-    pids = started(alpha, beta)
+    pids = launched(alpha, beta)
     old_alpha = set(marked("alpha"))
     with open(alpha["launch_script"], "a") as handle:
         handle.write("# tuned\n")
@@ -156,9 +126,9 @@ def test_changed_script_relaunches_only_that_server(server, started, make_server
     assert alive(pids["beta"])
 
 
-def test_check_mode_launches_nothing(server, started, make_server, host_args, marked):
+def test_check_mode_launches_nothing(server, launched, make_server, host_args, marked):
     alpha, beta = make_server("alpha", [0]), make_server("beta", [1])
-    pids = started(alpha)
+    pids = launched(alpha)
     with open(alpha["launch_script"], "a") as handle:
         handle.write("# tuned\n")
     result = server([alpha, beta], check=True, diff=True)
@@ -176,9 +146,9 @@ def test_check_mode_launches_nothing(server, started, make_server, host_args, ma
     assert not os.path.exists(beta["log_path"])
 
 
-def test_diff_shows_before_and_after(server, started, make_server):
+def test_diff_shows_before_and_after(server, launched, make_server):
     alpha = make_server("alpha", [0])
-    pids = started(alpha)
+    pids = launched(alpha)
     result = server([alpha], state="restarted", diff=True)
     before, after = result["diff"][0]["before"]["alpha"], result["diff"][0]["after"]["alpha"]
     assert before["running"] and before["pid"] == pids["alpha"]
@@ -188,9 +158,9 @@ def test_diff_shows_before_and_after(server, started, make_server):
     assert "diff" not in server([alpha])
 
 
-def test_restart_rotates_logs_and_never_truncates(server, started, make_server):
+def test_restart_rotates_logs_and_never_truncates(server, launched, make_server):
     alpha = make_server("alpha", [0])
-    started(alpha)
+    launched(alpha)
     log = alpha["log_path"]
     with open(log, "a") as handle:
         handle.write("first run was here\n")
@@ -207,10 +177,10 @@ def test_restart_rotates_logs_and_never_truncates(server, started, make_server):
         assert "first run was here" not in handle.read()
 
 
-def test_stop_waits_until_memory_is_released(server, started, make_server, fake_gpus, host_args, marked):
+def test_stop_waits_until_memory_is_released(server, launched, make_server, fake_gpus, host_args, marked):
     # slow_release: the driver keeps the memory for 1.5 s after the processes are gone.
     alpha = make_server("alpha", [4, 5], fault="slow_release", env={"SGLANG_SIM_RELEASE_DELAY": "1.5"})
-    started(alpha)
+    launched(alpha)
     result = server([alpha], state="stopped")
     assert not result.get("failed"), result.get("msg")
     entry = result["servers"][0]
@@ -224,9 +194,9 @@ def test_stop_waits_until_memory_is_released(server, started, make_server, fake_
     assert again["changed"] is False and again["servers"][0]["action"] == "already_stopped"
 
 
-def test_memory_not_freed_in_time_fails_clearly(server, started, make_server):
+def test_memory_not_freed_in_time_fails_clearly(server, launched, make_server):
     alpha = make_server("alpha", [4], fault="slow_release", env={"SGLANG_SIM_RELEASE_DELAY": "30"})
-    started(alpha)
+    launched(alpha)
     result = server([alpha], state="stopped", gpu_free_timeout=0.5)
     assert result["failed"]
     assert result["msg"].startswith(
@@ -236,9 +206,9 @@ def test_memory_not_freed_in_time_fails_clearly(server, started, make_server):
     assert result["down"] == ["alpha"] and result["servers"][0]["down"]
 
 
-def test_orphaned_scheduler_is_found_by_marker(server, started, make_server, fake_gpus, host_args, marked):
+def test_orphaned_scheduler_is_found_by_marker(server, launched, make_server, fake_gpus, host_args, marked):
     alpha = make_server("alpha", [6, 7], fault="orphan_scheduler")
-    pids = started(alpha)
+    pids = launched(alpha)
     os.kill(pids["alpha"], signal.SIGKILL)
     # The schedulers left the launcher's process group (setsid), outlive it and keep their GPU memory.
     orphans = [pid for pid in marked("alpha") if pid != pids["alpha"] and int(stat_fields(pid)[2]) == pid]
@@ -250,9 +220,9 @@ def test_orphaned_scheduler_is_found_by_marker(server, started, make_server, fak
     assert result["servers"][0]["gpu_memory_after_mib"] == {"6": 0, "7": 0}
 
 
-def test_ignored_sigterm_escalates_to_sigkill(server, started, make_server, marked):
+def test_ignored_sigterm_escalates_to_sigkill(server, launched, make_server, marked):
     alpha = make_server("alpha", [0], fault="ignore_sigterm")
-    pids = started(alpha)
+    pids = launched(alpha)
     result = server([alpha], state="stopped", stop_timeout=1)
     assert not result.get("failed"), result.get("msg")
     signals = {entry["pid"]: entry["signal"] for entry in result["servers"][0]["killed"]}
@@ -260,9 +230,9 @@ def test_ignored_sigterm_escalates_to_sigkill(server, started, make_server, mark
     assert marked("alpha") == []
 
 
-def test_foreign_gpu_holder_is_refused_then_killed_with_force(server, started, make_server, fake_gpus):
+def test_foreign_gpu_holder_is_refused_then_killed_with_force(server, launched, make_server, fake_gpus):
     alpha = make_server("alpha", [2, 3])
-    pids = started(alpha)
+    pids = launched(alpha)
     foreign = fake_gpus.hold(3, mib=8000)
     result = server([alpha], state="restarted")
     assert result["failed"]
@@ -297,9 +267,9 @@ def test_gpu_holders_found_by_device_minor_in_a_container_given_host_gpus_4_to_7
     assert all(gpu["processes"] == [] for gpu in info["gpus"] if gpu["index"] != 1)
 
 
-def test_device_daemons_holding_a_gpu_are_ignored_and_never_killed(server, started, make_server, fake_gpus):
+def test_device_daemons_holding_a_gpu_are_ignored_and_never_killed(server, launched, make_server, fake_gpus):
     alpha = make_server("alpha", [2])
-    pids = started(alpha)
+    pids = launched(alpha)
     # nvidia-persistenced keeps every device node open on bare-metal hosts, using no memory.
     daemon = fake_gpus.hold(2, mib=0, argv0="/usr/bin/nvidia-persistenced")
     result = server([alpha], state="restarted", force_kill_gpu_holders=True)
@@ -311,18 +281,18 @@ def test_device_daemons_holding_a_gpu_are_ignored_and_never_killed(server, start
     assert result["failed"] and f"GPU 2 is held by foreign process {daemon.pid} (" in result["msg"]
 
 
-def test_bad_ignore_pattern_is_rejected_before_anything_is_touched(server, started, make_server):
+def test_bad_ignore_pattern_is_rejected_before_anything_is_touched(server, launched, make_server):
     alpha = make_server("alpha", [0])
-    pids = started(alpha)
+    pids = launched(alpha)
     result = server([alpha], state="restarted", ignore_gpu_holders=["nvidia-(persistenced"])
     assert result["failed"]
     assert "ignore_gpu_holders entry 'nvidia-(persistenced' is not a valid regular expression" in result["msg"]
     assert alive(pids["alpha"])
 
 
-def test_foreign_port_owner_is_refused_before_anything_is_killed(server, started, make_server, marked):
+def test_foreign_port_owner_is_refused_before_anything_is_killed(server, launched, make_server, marked):
     beta = make_server("beta", [1])
-    pids = started(beta)
+    pids = launched(beta)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -375,9 +345,9 @@ def test_servers_sharing_files_or_a_marker_are_rejected(server, make_server):
     ]
 
 
-def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_server, tmp_path, marked):
+def test_bad_input_is_rejected_before_anything_is_killed(server, launched, make_server, tmp_path, marked):
     beta = make_server("beta", [6])
-    pids = started(beta)
+    pids = launched(beta)
     not_executable = tmp_path / "plain.sh"
     not_executable.write_text("#!/bin/sh\n")
     alpha = make_server("alpha", [0, 6])
@@ -417,10 +387,10 @@ def test_bad_input_is_rejected_before_anything_is_killed(server, started, make_s
     assert alive(pids["beta"]) and pids["beta"] in marked("beta")
 
 
-def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, started, make_server, host_args,
+def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, launched, make_server, host_args,
                                                               wait_until):
     alpha = make_server("alpha", [0], fault="ignore_sigterm")
-    pids = started(alpha)
+    pids = launched(alpha)
     # The first run holds the lock while it waits stop_timeout for the SIGTERM-ignoring server.
     first = ansible.start_module(MODULE, dict(host_args, servers=[alpha], state="restarted", stop_timeout=8))
     lock_file = os.path.join(host_args["state_dir"], ".lock")
