@@ -21,6 +21,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     write_atomic,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 
 JOBS_DIR = "jobs"
 # Finished records kept for the next run to report; older ones are removed.
@@ -114,8 +115,9 @@ def _run_worker(state_dir, record, work, keep_fds):
     # Whatever went wrong, the record is the only place left to say it.
     except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
         record["status"] = "error"
-        record["result"] = {"failed": True, "msg": f"the host-side sequence failed: {exc}",
-                            "traceback": traceback.format_exc()}
+        # The record is a file on the host: an exception quoting a command line must not put a key there.
+        record["result"] = {"failed": True, "msg": scrub_text(f"the host-side sequence failed: {exc}"),
+                            "traceback": scrub_text(traceback.format_exc())}
     record["finished"] = time.time()
     write_record(state_dir, record)
     _prune(state_dir)

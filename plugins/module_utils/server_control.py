@@ -71,7 +71,6 @@ SERVER_RANGES = dict(
 )
 
 STATES = ("started", "restarted", "stopped")
-LOG_GENERATIONS = safe_files.LOG_GENERATIONS
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
 SIGKILL_GRACE_SECONDS = 10
 _POLL_SECONDS = 0.25
@@ -176,7 +175,7 @@ def _script_problems(where, name, path, given):
     else:
         with open(path, errors="replace") as handle:
             content = handle.read()
-    exported = exported_marker(content)
+    exported = _exported_marker(content)
     if exported not in (None, name):
         return [(f"{where}.launch_script {path} exports {procfs.MARKER_VAR}={exported}, "
                  f"not {name}: its processes would be taken for server {exported!r}")]
@@ -186,7 +185,7 @@ def _script_problems(where, name, path, given):
 _MARKER_EXPORT = re.compile(r"^[ \t]*export[ \t]+" + procfs.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
 
 
-def exported_marker(script_text):
+def _exported_marker(script_text):
     """The marker value a launch script exports (the last one wins in sh), or None."""
     values = _MARKER_EXPORT.findall(script_text)
     return values[-1] if values else None
@@ -388,12 +387,12 @@ class ServerControl:
             elif pid in self.owner.protected:
                 problems.append(f"{what} is held by pid {pid} ({info.cmdline}), which runs this module (an ancestor "
                                 "of it); refusing to touch it")
-            elif read_state(self.state_dir, owner.server) is None:
+            elif (stale_state := read_state(self.state_dir, owner.server)) is None:
                 problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, which has "
                                 f"no state file in {self.state_dir} (another deployment?); stop it first")
             else:
                 # The whole stale server goes, not only the process in the way: its state file is removed.
-                stale, _group = self.owner.of_server(owner.server, read_state(self.state_dir, owner.server))
+                stale, _group = self.owner.of_server(owner.server, stale_state)
                 stale[pid] = info
                 for stale_pid, stale_info in stale.items():
                     entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
@@ -679,9 +678,9 @@ class ServerControl:
         if failed:
             others = [plan.name for plan in plans if plan.changes and plan.step == STEP_DONE]
             result["failed"] = True
-            result["msg"] = scrub_text("; ".join(plan.error for plan in failed) + (
+            result["msg"] = "; ".join(plan.error for plan in failed) + (
                 f". Now down: {', '.join(result['down'])}" if result["down"] else "") + (
-                f". The others were handled: {', '.join(others)}" if others else ""), self.secrets)
+                f". The others were handled: {', '.join(others)}" if others else "")
         return result
 
     # ---- entry points --------------------------------------------------------------------------
@@ -776,11 +775,7 @@ def follow(state_dir, job_id, until, events_seen=0, run_id=None):
     if record["status"] == "running":
         return {"changed": True, "carry": {"job": job_id, "events_seen": len(events)}, "progress": progress}
     host_job.mark_reported(state_dir, record)
-    result = dict(record["result"], progress=progress)
-    if record["status"] != "done":  # the worker failed or died: its words are all there is
-        result["msg"] = scrub_text(result.get("msg"))
-        result["traceback"] = scrub_text(result.get("traceback"))
-    return result
+    return dict(record["result"], progress=progress)
 
 
 def _interrupted_summary(record):

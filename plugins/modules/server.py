@@ -364,11 +364,13 @@ problems:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    LOG_GENERATIONS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     COMMON_ARGUMENT_SPEC,
     IGNORED_GPU_HOLDERS,
-    LOG_GENERATIONS,
     STATES,
     ServerControl,
     ServerControlError,
@@ -426,6 +428,10 @@ def main():
     diffs += result.pop("script_diffs", None) or []
     if module._diff and diffs:
         result["diff"] = diffs
+    # The one place the words of a failure leave the host (the worker's own included): scrubbed here.
+    for key in ("msg", "traceback"):
+        if result.get(key):
+            result[key] = scrub_text(result[key], params["secrets"])
     if result.get("failed"):
         module.fail_json(**result)
     module.exit_json(**result)
