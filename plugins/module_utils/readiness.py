@@ -2,12 +2,14 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Per-server readiness tracking: health probe + log phase + process liveness + stall detection.
 
-The gpuops.sglang.wait action plugin runs the wait module in slices. One slice polls every server of
-the host about every POLL_SECONDS and returns when all are decided (ready, crashed, stalled, timeout)
-or when the slice is over. What must survive between slices (start time, when each log last moved,
-decisions already taken) travels as a small JSON ``carry`` through the module's return value into the
-next call. The log is parsed again from the start of the run in every slice, so no parser state has
-to be serialised: startup logs are small (the server module rotates them at every launch).
+The gpuops.sglang.wait action plugin runs the wait module in slices. One slice looks at every server of
+the host about every POLL_SECONDS and returns when all are decided (ready, crashed, stalled, timeout,
+replaced) or when the slice is over. This file does the I/O - the log, /proc, the health probe threads,
+the stall kill - and hands each look, as a plain ``Observation``, to the rules of ``readiness_rules``,
+which decide and hold the words of every state. What must survive between slices (start time, when each
+log last moved, decisions already taken) travels as a small JSON ``carry`` through the module's return
+value into the next call. The log is parsed again from the start of the run in every slice, so no parser
+state has to be serialised: startup logs are small (the server module rotates them at every launch).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     HTTP_RANGES,
     get_json,
     http_get,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
+    STATES,
+    STILL_READY_RULES,
+    WAIT_RULES,
+    Observation,
+    decide,
+    stall_suspected_since,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
@@ -51,9 +61,6 @@ POLL_SECONDS = 0.2
 # A stalled server is killed only under the host lock; a call that holds it longer is acting on it.
 STALL_KILL_LOCK_SECONDS = 5
 HEALTH_INTERVAL_SECONDS = 1.0
-# SGLang logs "Received sigquit" before the failing child's traceback reaches the log, and then
-# kills itself; a server whose log says it crashed gets this long to die so the traceback is complete.
-CRASH_GRACE_SECONDS = 3.0
 LOG_TAIL_LINES = 30
 # launched_at is taken just after the launch and log timestamps are whole seconds: a line stamped up
 # to this much before launched_at may still belong to the new run.
@@ -199,7 +206,8 @@ class HealthProbe:
 
 
 class ServerTracker:
-    """Decides one server's fate: ready, crashed, stalled, timeout (or 'starting' in a snapshot)."""
+    """Watches one server for the wait: one ``Observation`` per look (log, /proc, health probe), decided by
+    ``WAIT_RULES``; the verdict becomes the server's report (and a stalled server is killed with kill_stalled)."""
 
     def __init__(self, spec, options, carried, now):
         self.name = spec["name"]
@@ -208,12 +216,14 @@ class ServerTracker:
         self.port = spec.get("port") or state.get("port")
         self.log_path = spec.get("log_path") or state.get("log_path")
         self.pid = spec.get("pid") or state.get("pid")
-        same_process = self.pid == state.get("pid")
+        self._recorded_pid = state.get("pid")
+        same_process = self.pid == self._recorded_pid
         self._recorded = state if same_process else None
         # Launched by this run (pid from the server module) but recorded with another pid since.
-        self.replaced_by = state if state.get("pid") and not same_process else None
+        self.replaced_by = state if self._recorded_pid and not same_process else None
         self._starttime = recorded_starttime(state) if same_process else None
         self.launched_at = state.get("launched_at") if same_process else None
+        self._deadline = options["started_at"] + options["timeout"]
         if not self.port:
             recorded_in = state_path(options["state_dir"], self.name)
             raise ValueError(f"server {self.name}: no port given and none recorded in {recorded_in}")
@@ -223,9 +233,7 @@ class ServerTracker:
         self._last_activity = carried.get("last_activity", now)
         self._crash_seen = carried.get("crash_seen")
         self._health = carried.get("health")
-        self._stall_probe_since = carried.get("stall_probe_since")
         self._probed_this_slice = False
-        self._answer_started = None
         self.log = RunLog(self.log_path, self.launched_at, [options["api_key"]] if options["api_key"] else [])
         self.probe = HealthProbe(f"http://{options['host']}:{self.port}", options["health_path"],
                                  options["api_key"], options["probe_timeout"])
@@ -237,7 +245,7 @@ class ServerTracker:
 
     def carry(self):
         return {"result": self.result, "lines_seen": self._lines_seen, "last_activity": self._last_activity,
-                "crash_seen": self._crash_seen, "health": self._health, "stall_probe_since": self._stall_probe_since}
+                "crash_seen": self._crash_seen, "health": self._health}
 
     def alive(self):
         """The server's main process runs. A recorded pid counts only with its recorded start time."""
@@ -245,53 +253,61 @@ class ServerTracker:
             return self._starttime is not None and procfs.pid_alive(self.pid, self._starttime)
         return procfs.pid_alive(self.pid)
 
-    def poll(self, now, may_probe, snapshot=False):
-        """Look at log, health and process once; decide when the facts allow it."""
+    def take_answer(self):
+        """The health probe's answer when it has one (kept as the server's last health answer), else None."""
+        answer = self.probe.take_answer()
+        if answer is not None:
+            self._probed_this_slice = True
+            self._health = {"status": answer["status"], "error": answer["error"]}
+        return answer
+
+    def observe(self, now, answer=None, snapshot=False):
+        """One look at the server for the rules: its process, then its log (so a dead one's last words are in)."""
         if self.replaced_by is not None:
-            return self.decide("replaced", now)
+            # Its log and processes are another run's now: nothing of them is read or judged.
+            return Observation(now=now, pid=self.pid, recorded_pid=self._recorded_pid)
+        main_alive = exit_status = None
+        if self.pid:
+            main_alive = self.alive()
+            if not main_alive:
+                info = procfs.read_process(self.pid)
+                exit_status = info.exit_status if info else None
         self.log.read()
         if self.log.activity_lines != self._lines_seen:
             self._lines_seen = self.log.activity_lines
             self._last_activity = now
-        answer = self.probe.take_answer()
-        if answer is not None:
-            self._answer_started = self.probe.started_at
-            self._probed_this_slice = True
-            self._health = {"status": answer["status"], "error": answer["error"]}
-            if answer["status"] == 200:
-                return self.decide("ready", now, server_info=answer["server_info"],
-                                   server_info_error=answer["server_info_error"])
-        probe_due = self.probe.started_at is None or (
-            may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
-        if not self.probe.busy and probe_due:
-            self.probe.start(now)
-        if self.pid and not self.alive():
-            self.log.read()  # its last words
-            info = procfs.read_process(self.pid)
-            return self.decide("crashed", now, exit_status=info.exit_status if info else None)
         if self.log.state.phase == "crashed":
             self._crash_seen = self._crash_seen or now
-            if snapshot or now - self._crash_seen >= CRASH_GRACE_SECONDS:
-                return self.decide("crashed", now)
-        stall_timeout = self._options["stall_timeout"]
-        if snapshot or not stall_timeout or now - self._last_activity < stall_timeout:
-            self._stall_probe_since = None
-            return None
-        # A silent log is not enough: a server that serves is never stalled (nor killed). Decide only on a
-        # health answer to a probe sent after the silence was noticed.
-        self._stall_probe_since = self._stall_probe_since or now
-        if answer is not None and self._answer_started >= self._stall_probe_since:
-            return self.decide("stalled", now)
-        if not self.probe.busy:
+        return Observation(
+            now=now, snapshot=snapshot, pid=self.pid, recorded_pid=self._recorded_pid, main_alive=main_alive,
+            exit_status=exit_status, log_phase=self.log.state.phase, crash_seen_at=self._crash_seen,
+            last_activity=self._last_activity, answer=answer,
+            answer_sent_at=self.probe.started_at if answer is not None else None,
+            stall_timeout=self._options["stall_timeout"], deadline=self._deadline)
+
+    def poll(self, now, may_probe, snapshot=False):
+        """One look; records the verdict when a rule fires, else keeps the health probe going."""
+        observation = self.observe(now, self.take_answer(), snapshot)
+        verdict = decide(observation, WAIT_RULES)
+        if verdict is not None:
+            return self.record(verdict, now)
+        probe_due = self.probe.started_at is None or (
+            may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
+        # A suspected stall is decided on the answer to a probe sent after the silence was noticed.
+        if not self.probe.busy and (probe_due or stall_suspected_since(observation) is not None):
             self.probe.start(now)
         return None
 
-    def decide(self, status, now, server_info=None, server_info_error=None, exit_status=None):
+    def record(self, verdict, now, **context):
+        """The server's report for a verdict (``context``: more facts for its msg); it is the tracker's result."""
+        status, details = verdict
+        state = STATES[status]
         log = self.log.state
         report = self.report()
         report["status"] = status
         facts = {key: log.facts[key] for key in CONFIGURED_FACTS if log.facts.get(key) is not None}
         report["facts_source"] = "log"
+        server_info = details.get("server_info")
         if server_info:
             facts.update((key, server_info[key]) for key in SERVER_INFO_FACTS
                          if server_info.get(key) is not None)
@@ -299,26 +315,26 @@ class ServerTracker:
         report.update(
             facts=facts,
             error=log.error,
-            exit_status=exit_status,
+            exit_status=details.get("exit_status"),
             log_tail=list(self.log.tail),
             timeline=list(log.timeline or []),
             killed_pids=[],
             not_killed=None,
             seconds_to_ready=None,
         )
-        if server_info_error:
-            report["server_info_error"] = server_info_error
-        if status == "ready":
+        if details.get("server_info_error"):
+            report["server_info_error"] = details["server_info_error"]
+        if state.ready:
             report["phase"] = "ready"
             report["seconds_to_ready"] = round(now - (self.launched_at or self._options["started_at"]), 1)
             if not report["timeline"] or report["timeline"][-1].get("phase") != "ready":
                 report["timeline"].append({"phase": "ready", "timestamp": local_timestamp(now),
                                            "line": f"health {self._options['health_path']} answered 200"})
-        elif status in ("crashed", "stalled"):
+        elif state.names_phase_reached:
             report["phase"], report["component"] = self.log.phase_reached()
         if status == "stalled" and self._options["kill_stalled"]:
             report["killed_pids"], report["not_killed"] = self._kill_stalled()
-        report["msg"] = self.explain(report, now)
+        report["msg"] = self.explain(report, now, **details, **context)
         self.result = report
         return report
 
@@ -356,69 +372,22 @@ class ServerTracker:
             release_host_lock(lock_fd)
 
     def confirm_ready(self, now, answer):
-        """Ready earlier in the wait must still hold at its end: the process lives and health answers."""
+        """Ready earlier in the wait must still hold at its end (``STILL_READY_RULES``)."""
         ready_after = self.result["seconds_to_ready"]
-        self.log.read()  # decided in an earlier slice, this slice's tracker has not read the log yet
-        if self.pid and not self.alive():
-            info = procfs.read_process(self.pid)
-            self.decide("crashed", now, exit_status=info.exit_status if info else None)
-        elif answer is not None and answer["status"] is None and "refused" in (answer["error"] or ""):
-            # Nothing listens any more. A slow answer of a live process under load is not a crash.
-            self.decide("crashed", now)
-            self.result["msg"] += f"; it no longer answers {self._options['health_path']}: {answer['error']}"
-        else:
-            return
-        self.result["msg"] += f" (it was ready after {ready_after} s, but not at the end of the wait)"
+        verdict = decide(self.observe(now, answer), STILL_READY_RULES)
+        if verdict is not None:
+            self.record(verdict, now, ready_after=ready_after)
 
-    def explain(self, report, now):
-        name, status, phase = self.name, report["status"], report["phase"]
-        if report.get("component") == "draft":
-            phase += " (draft model)"
-        if status == "replaced":
-            recorded = self.replaced_by
-            return (f"{name} replaced by another run: it now runs as pid {recorded.get('pid')} (run "
-                    f"{recorded.get('run_id') or 'unknown'}), not as pid {self.pid} launched by this run")
-        if status == "ready":
-            return f"{name} ready after {report['seconds_to_ready']} s"
-        if status == "crashed":
-            text = f"{name} crashed in {phase}"
-            if report["exit_status"] is not None:
-                text += f" (exit status {report['exit_status']})"
-            if report["error"]:
-                text += f": {report['error']['summary']}"
-            elif self.pid and not self.alive():
-                text += f": process {self.pid} is gone, no error in {self.log_path}"
-            return text
-        if status == "stalled":
-            silent = now - self._last_activity
-            text = f"{name} stalled in {phase}: no log output for {silent:.0f} s; last line: {self.log.last_activity_line}"
-            if report["killed_pids"]:
-                text += f"; killed pids {', '.join(str(pid) for pid in report['killed_pids'])}"
-            elif report.get("not_killed"):
-                text += f"; not killed: {report['not_killed']}"
-            return text
-        if status == "timeout":
-            return (f"{name} not ready after {self._options['timeout']:g} s, in {phase}"
-                    f"{progress_suffix(phase, report['progress'])}; last health answer: {describe_health(self._health)}")
-        return f"{name} {phase} (check mode: not waited for)"
-
-
-def describe_health(health):
-    if not health:
-        return "none"
-    if health["status"] is None:
-        return f"unreachable ({health['error']})"
-    return f"HTTP {health['status']}"
-
-
-_PROGRESS_BAR_OF_PHASE = {"loading_weights": "weights", "capturing_cuda_graph": "cuda_graph"}
-
-
-def progress_suffix(phase, progress):
-    counter = (progress or {}).get(_PROGRESS_BAR_OF_PHASE.get(phase))
-    if counter and counter.get("total"):
-        return f" {counter.get('done')}/{counter['total']}"
-    return ""
+    def explain(self, report, now, **details):
+        """The msg about the server: its report, the verdict's details and what only the tracker knows."""
+        return STATES[report["status"]].sentence({
+            **report, **details,
+            "silent_for": now - self._last_activity,
+            "last_activity_line": self.log.last_activity_line,
+            "timeout": self._options["timeout"],
+            "health_path": self._options["health_path"],
+            "replaced_by": self.replaced_by,
+        })
 
 
 def wait_slice(params, carry=None, check_mode=False):
@@ -444,12 +413,9 @@ def wait_slice(params, carry=None, check_mode=False):
         pending = [tracker for tracker in trackers if tracker.result is None]
         for tracker in pending:
             tracker.poll(now, may_probe=now < slice_end, snapshot=check_mode)
+        # At the deadline the rules time out every server still pending, so none is left.
         pending = [tracker for tracker in pending if tracker.result is None]
         if not pending:
-            break
-        if now >= deadline and not check_mode:
-            for tracker in pending:
-                tracker.decide("timeout", now)
             break
         if now >= slice_end and all(tracker.settled for tracker in pending):
             break
@@ -466,7 +432,7 @@ def wait_slice(params, carry=None, check_mode=False):
             "started_at": carry["started_at"],
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
     else:
-        _confirm_ready([tracker for tracker in trackers if tracker.result["status"] == "ready"])
+        _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
         reports = [tracker.result for tracker in trackers]
     return finish(reports, now - carry["started_at"], check_mode)
 
@@ -479,15 +445,15 @@ def _confirm_ready(trackers):
     while any(tracker.probe.busy for tracker in trackers):
         time.sleep(POLL_SECONDS)
     for tracker in trackers:
-        tracker.confirm_ready(time.time(), tracker.probe.take_answer())
+        tracker.confirm_ready(time.time(), tracker.take_answer())
 
 
 def finish(reports, elapsed, check_mode):
-    not_ready = [report for report in reports if report["status"] != "ready"]
+    not_ready = [report for report in reports if not STATES[report["status"]].ready]
     result = {
         "changed": any(report.get("killed_pids") for report in reports),
         "servers": reports,
-        "ready": [report["name"] for report in reports if report["status"] == "ready"],
+        "ready": [report["name"] for report in reports if STATES[report["status"]].ready],
         "not_ready": [report["name"] for report in not_ready],
         "elapsed": round(elapsed, 1),
     }

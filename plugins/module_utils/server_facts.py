@@ -23,6 +23,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import RunLog
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
+    SERVER_INFO_RULES,
+    Observation,
+    decide,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     sha256_file,
@@ -150,18 +155,13 @@ def describe_server(spec, params, now, owner):
     }
 
 
-def server_status(server):
-    """ready/starting/orphaned/crashed/dead/stopped; consumes the internal ``state_recorded`` key."""
-    recorded = server.pop("state_recorded")
-    if server["alive"] and not server["main_alive"]:
-        return "orphaned"  # processes of ours without their main process: a scheduler left behind
-    if server["alive"]:
-        if server["health"]["status"] == 200:
-            return "ready"
-        return "crashed" if server["log"].get("phase") == "crashed" else "starting"
-    if not recorded:
-        return "stopped"
-    return "crashed" if server["log"].get("phase") == "crashed" else "dead"
+def server_status(server, now):
+    """The verdict of ``SERVER_INFO_RULES`` on one snapshot, else starting; consumes the ``state_recorded`` key."""
+    observation = Observation(now=now, snapshot=True, main_alive=server["main_alive"], processes_alive=server["alive"],
+                              state_recorded=server.pop("state_recorded"), log_phase=server["log"].get("phase"),
+                              answer=server["health"])
+    verdict = decide(observation, SERVER_INFO_RULES)
+    return verdict.status if verdict else "starting"
 
 
 def parse_log_file(path):
@@ -196,5 +196,5 @@ def describe_servers(params):
         answers = pool.map(lambda server: http_facts(params["host"], server["port"], params), servers)
         for server, answer in zip(servers, answers):
             server.update(answer)
-            server["status"] = server_status(server)
+            server["status"] = server_status(server, now)
     return servers

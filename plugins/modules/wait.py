@@ -22,7 +22,7 @@ description:
     answer 200; a server that serves is never stalled or killed. The progress line says C(silent for N s)
     for a server whose log has not moved for 30 s.
   - Before the task returns, every server decided ready is looked at once more; one whose process died or
-    that stopped answering meanwhile is reported V(crashed).
+    that stopped answering meanwhile is reported V(crashed), one that another run relaunched meanwhile V(replaced).
   - With O(servers[].pid) (the pid M(gpuops.sglang.server) launched), a server that another run relaunched
     meanwhile is reported V(replaced), never its crash or readiness taken for this run's.
   - Every server is waited for and reported even when others fail. The task fails when any server is not

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
+    STATES,
+    count_ready,
     progress_suffix,
 )
 
@@ -20,29 +22,24 @@ def phase_words(phase, component=None):
 
 
 def format_wait_progress(host, reports):
-    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed``."""
-    ready = sum(1 for report in reports if report["status"] == "ready")
-    parts = [f"{host}: {ready}/{len(reports)} ready"]
+    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed in loading weights``.
+
+    Each server not ready says its part in the words of its state (``readiness_rules.STATES``).
+    """
+    parts = [f"{host}: {count_ready(reports)}/{len(reports)} ready"]
     for report in reports:
-        status, phase = report["status"], report["phase"]
-        if status == "ready":
+        state, phase = STATES[report["status"]], report["phase"]
+        if state.progress is None:
             continue
-        name, words = report["name"], phase_words(phase, report.get("component"))
-        if status in ("waiting", "starting"):
-            text = f"{name} up, health pending" if phase == "ready" else (
-                f"{name} {words}{progress_suffix(phase, report['progress'])}")
-            silent = report.get("silent_s")
-            if silent is not None and silent >= SILENT_AFTER_SECONDS:
-                text += f", silent for {silent:.0f} s"
-            parts.append(text)
-        elif status == "crashed":
-            parts.append(f"{name} crashed in {words}")
-        elif status == "stalled":
-            parts.append(f"{name} stalled in {words}{' (killed)' if report.get('killed_pids') else ''}")
-        elif status == "replaced":
-            parts.append(f"{name} replaced by another run")
-        else:
-            parts.append(f"{name} timed out in {words}")
+        words = phase_words(phase, report.get("component"))
+        if not state.decided and phase == "ready":
+            words = "up, health pending"  # its log says ready, its health has not answered 200 yet
+        text = state.progress.format(name=report["name"], phase=words, counter=progress_suffix(phase, report["progress"]),
+                                     killed=" (killed)" if report.get("killed_pids") else "")
+        silent = report.get("silent_s")
+        if not state.decided and silent is not None and silent >= SILENT_AFTER_SECONDS:
+            text += f", silent for {silent:.0f} s"
+        parts.append(text)
     return " | ".join(parts)
 
 

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
+    STATES,
+    count_ready,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     phase_reached,
 )
@@ -69,7 +73,7 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
         rows.append([server["name"], _gpus(server), server["port"], action, waited["status"],
                      waited.get("phase"), _seconds(waited.get("seconds_to_ready")),
                      facts.get("max_total_num_tokens"), facts.get("max_running_requests")])
-    ready = sum(1 for result in wait_results or [] if result["status"] == "ready")
+    ready = count_ready(wait_results or [])
     header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", "max_total_num_tokens",
               "max_running_requests"]
     down = [result["name"] for result in server_results or [] if result.get("down")]
@@ -92,7 +96,7 @@ def relaunch_failures(servers, wait_results, server_results=None):
             failures.append(acted["error"])
         elif waited is None:
             failures.append(f"{server['name']}: not relaunched, an earlier batch failed")
-        elif waited["status"] != "ready":
+        elif not STATES[waited["status"]].ready:
             failure = waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}"
             traceback = ((waited.get("error") or {}).get("traceback") or "").rstrip()
             if traceback:
@@ -166,7 +170,7 @@ def fleet_status(servers, info_results, gpus):
         ])
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
-    ready = sum(1 for server in servers if infos.get(server["name"], {}).get("status") == "ready")
+    ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
     return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
 
 
@@ -181,25 +185,15 @@ def stop_summary(server_results, interrupted_runs=None):
     return interrupted_lines(interrupted_runs) + _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)
 
 
-# server_info statuses that fail status.yml: nothing serves there, or something of ours is left behind.
-FAILING_STATUSES = ("dead", "crashed", "orphaned")
-
-
 def fleet_problems(info_results):
-    """One message per server that is dead, crashed or orphaned, with the exception line of its log."""
+    """One message per server whose server_info status is failing (dead, crashed, orphaned), with its exception line."""
     problems = []
     for info in info_results or []:
-        if info.get("status") not in FAILING_STATUSES:
+        state = STATES.get(info.get("status"))
+        if state is None or not state.failing:
             continue
-        error = ((info.get("log") or {}).get("error") or {}).get("summary")
         log = info.get("log") or {}
-        phase, _component = phase_reached(log.get("timeline"), log.get("phase"))
-        if info["status"] == "orphaned":
-            pids = ", ".join(str(process["pid"]) for process in info.get("processes") or [])
-            text = f"{info['name']} orphaned: its main process is gone but pids {pids} still run"
-        elif info["status"] == "dead":
-            text = f"{info['name']} dead: launched, but no process of it is left (its log ends in phase {phase})"
-        else:
-            text = f"{info['name']} crashed in {phase}"
-        problems.append(text + (f": {error}" if error else ""))
+        phase, component = (phase_reached(log.get("timeline"), log.get("phase")) if state.names_phase_reached
+                            else (log.get("phase"), log.get("component")))
+        problems.append(state.sentence(dict(info, phase=phase, component=component, error=log.get("error"))))
     return problems

@@ -37,6 +37,14 @@ def test_wait_progress_says_how_long_a_server_has_been_silent():
         "ct200: 0/2 ready | gpu3 loading weights 12/64, silent for 41 s | gpu4 loading weights 30/64")
 
 
+def test_wait_progress_names_a_replaced_server_and_a_draft_model_in_a_snapshot():
+    reports = [report("a", "replaced", "launching"),
+               report("b", "starting", "loading_weights", {"weights": {"done": 1, "total": 2}}, component="draft",
+                      silent_s=30.0)]
+    assert format_wait_progress("h", reports) == (
+        "h: 0/2 ready | a replaced by another run | b loading weights (draft model) 1/2, silent for 30 s")
+
+
 def step(name, step, seconds=0.0, action="relaunched", **extra):
     return dict({"name": name, "step": step, "seconds": seconds, "action": action, "processes_left": 0,
                  "signal": None, "gpu_used_mib": {}, "port_holders": [], "error": None}, **extra)

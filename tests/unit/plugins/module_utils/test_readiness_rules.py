@@ -1,0 +1,228 @@
+"""The readiness rules on constructed observations (no process, no server, no clock), and the words of each state."""
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
+    CRASH_GRACE_SECONDS,
+    SERVER_INFO_RULES,
+    STATES,
+    STILL_READY_RULES,
+    WAIT_RULES,
+    Observation,
+    decide,
+    stall_suspected_since,
+)
+
+NOW = 100_000.0
+STALL_TIMEOUT = 600
+
+
+def look(**fields):
+    """A server on its way up: its process runs, its log moved a second ago, no health answer, far from the deadline."""
+    return Observation(**dict({"now": NOW, "pid": 42, "recorded_pid": 42, "main_alive": True,
+                               "log_phase": "loading_weights", "last_activity": NOW - 1,
+                               "stall_timeout": STALL_TIMEOUT, "deadline": NOW + 1000}, **fields))
+
+
+def answer(status, error=None, **extra):
+    return dict({"status": status, "error": error, "server_info": None, "server_info_error": None}, **extra)
+
+
+def status(observation, rules=WAIT_RULES):
+    """The status the rules give, checked to have its words in STATES; None when undecided."""
+    verdict = decide(observation, rules)
+    if verdict is None:
+        return None
+    assert verdict.status in STATES, f"{verdict.status} has no entry in STATES"
+    return verdict.status
+
+
+# A log silent since the silence was noticed 5 s ago (it reached stall_timeout at NOW - 5).
+SILENT = {"last_activity": NOW - STALL_TIMEOUT - 5}
+REFUSED = answer(None, "connection refused")
+
+
+# ---- the wait ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("health", [None, answer(503, "HTTP 503"), answer(None, "timed out"), REFUSED])
+def test_a_server_on_its_way_up_is_not_decided(health):
+    assert status(look(answer=health, answer_sent_at=NOW - 1 if health else None)) is None
+
+
+def test_health_200_is_ready_with_what_get_server_info_said():
+    verdict = decide(look(answer=answer(200, server_info={"max_running_requests": 48})), WAIT_RULES)
+    assert verdict.status == "ready"
+    assert verdict.details["server_info"] == {"max_running_requests": 48}
+
+
+@pytest.mark.parametrize("other", [
+    pytest.param(dict(SILENT, answer_sent_at=NOW), id="a silent log"),
+    pytest.param({"log_phase": "crashed", "crash_seen_at": NOW - CRASH_GRACE_SECONDS}, id="a crash line"),
+    pytest.param({"now": NOW + 1000}, id="the deadline"),
+])
+def test_a_ready_answer_beats(other):
+    assert status(look(answer=answer(200), **other)) == "ready"
+
+
+def test_a_200_counts_only_while_the_process_runs_when_there_is_a_pid():
+    assert status(look(answer=answer(200), main_alive=False, exit_status=0)) == "crashed"
+    assert status(look(answer=answer(200), pid=None, recorded_pid=None, main_alive=None)) == "ready"
+
+
+@pytest.mark.parametrize("other", [
+    pytest.param({"answer": answer(200)}, id="a ready answer"),
+    pytest.param({"main_alive": False}, id="a gone process"),
+    pytest.param({"log_phase": "crashed", "crash_seen_at": NOW - 60}, id="a crash line"),
+    pytest.param({"now": NOW + 1000}, id="the deadline"),
+])
+def test_a_replaced_server_is_decided_before(other):
+    assert status(look(recorded_pid=43, **other)) == "replaced"
+
+
+def test_a_server_is_replaced_only_when_the_state_file_records_another_pid():
+    assert status(look(recorded_pid=None)) is None
+    assert status(look(pid=None, recorded_pid=None, main_alive=None)) is None
+
+
+def test_a_gone_process_is_a_crash_at_once_with_its_exit_status():
+    verdict = decide(look(main_alive=False, exit_status=137), WAIT_RULES)
+    assert verdict.status == "crashed"
+    assert dict(verdict.details) == {"exit_status": 137, "process_gone": True}
+    assert status(look(main_alive=False, **SILENT)) == "crashed", "a dead process is not a stall"
+
+
+def test_a_crash_line_waits_crash_grace_seconds_unless_in_a_snapshot():
+    crashed = {"log_phase": "crashed"}
+    assert status(look(crash_seen_at=None, **crashed)) is None, "first seen now"
+    assert status(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS + 0.5, **crashed)) is None
+    assert status(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, **crashed)) == "crashed"
+    assert status(look(crash_seen_at=None, snapshot=True, **crashed)) == "crashed"
+    verdict = decide(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, **crashed), WAIT_RULES)
+    assert dict(verdict.details) == {}, "the process still runs: no exit status, not gone"
+
+
+def test_a_stall_needs_a_probe_sent_after_the_silence_was_noticed():
+    assert stall_suspected_since(look(**SILENT)) == NOW - 5
+    assert status(look(**SILENT)) is None, "no answer yet"
+    assert status(look(answer=answer(503), answer_sent_at=NOW - 6, **SILENT)) is None, "sent before the silence"
+    assert status(look(answer=answer(503), answer_sent_at=NOW - 5, **SILENT)) == "stalled"
+    assert status(look(answer=answer(None, "timed out"), answer_sent_at=NOW, **SILENT)) == "stalled"
+    assert status(look(answer=answer(200), answer_sent_at=NOW, **SILENT)) == "ready", "a server that serves"
+
+
+@pytest.mark.parametrize("fields", [
+    pytest.param({"stall_timeout": 0}, id="off"),
+    pytest.param({"snapshot": True}, id="a snapshot"),
+    pytest.param({"last_activity": NOW - STALL_TIMEOUT + 1}, id="the log moved"),
+])
+def test_no_stall(fields):
+    observation = look(**dict(SILENT, answer=answer(503), answer_sent_at=NOW, **fields))
+    assert stall_suspected_since(observation) is None
+    assert status(observation) is None
+
+
+def test_the_deadline_times_out_what_nothing_else_decided():
+    late = {"now": NOW + 1000}
+    assert status(look(**late)) == "timeout"
+    assert status(look(answer=answer(503), **late)) == "timeout"
+    assert status(look(log_phase="crashed", crash_seen_at=NOW, **late)) == "crashed", "a crash beats the deadline"
+    stalled = dict(late, last_activity=NOW + 1000 - STALL_TIMEOUT, answer=answer(503), answer_sent_at=NOW + 1000)
+    assert status(look(**stalled)) == "stalled", "a stall beats the deadline"
+    assert status(look(snapshot=True, **late)) is None, "a snapshot never times out"
+
+
+# ---- the end of the wait: still ready? -----------------------------------------------------------
+
+
+def test_a_ready_server_must_still_run_and_listen_at_the_end():
+    assert status(look(answer=answer(200)), STILL_READY_RULES) is None
+    assert status(look(answer=answer(None, "timed out")), STILL_READY_RULES) is None, "slow under load is not a crash"
+    assert status(look(answer=answer(503)), STILL_READY_RULES) is None
+    gone = decide(look(main_alive=False, exit_status=1, answer=REFUSED), STILL_READY_RULES)
+    assert (gone.status, gone.details["exit_status"], gone.details.get("no_longer_answers")) == ("crashed", 1, None)
+    deaf = decide(look(answer=REFUSED), STILL_READY_RULES)
+    assert (deaf.status, deaf.details["no_longer_answers"]) == ("crashed", "connection refused")
+    assert status(look(recorded_pid=43, main_alive=False), STILL_READY_RULES) == "replaced"
+
+
+# ---- server_info ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("main_alive, processes_alive, state_recorded, health, log_phase, expected", [
+    (True, True, True, 200, "ready", "ready"),
+    (True, True, True, 503, "capturing_cuda_graph", None),  # starting
+    (True, True, True, 503, "crashed", "crashed"),
+    (True, True, True, 200, "crashed", "ready"),  # a traceback after ready (one failed request) is no crash
+    (False, True, True, 200, "ready", "orphaned"),  # its scheduler left behind; the 200 is not its own
+    (False, False, True, None, "crashed", "crashed"),
+    (False, False, True, 200, "ready", "dead"),  # launched, nothing of it runs: the 200 is not its own
+    (False, False, False, None, "crashed", "stopped"),
+])
+def test_server_info_status(main_alive, processes_alive, state_recorded, health, log_phase, expected):
+    observation = Observation(now=NOW, snapshot=True, main_alive=main_alive, processes_alive=processes_alive,
+                              state_recorded=state_recorded, log_phase=log_phase, answer=answer(health))
+    assert status(observation, SERVER_INFO_RULES) == expected
+
+
+# ---- the words of each state ---------------------------------------------------------------------
+
+
+def facts(**fields):
+    return dict({"name": "gpu7", "pid": 42, "log_path": "/var/log/sglang/gpu7.log", "phase": "loading_weights",
+                 "component": "target", "progress": {}, "health": None, "error": None, "exit_status": None,
+                 "killed_pids": [], "not_killed": None}, **fields)
+
+
+def say(status, **fields):
+    return STATES[status].sentence(facts(**fields))
+
+
+OOM = {"summary": "torch.OutOfMemoryError: CUDA out of memory.", "traceback": "Traceback ..."}
+
+
+def test_crashed_says_the_phase_exit_status_and_error_or_that_the_process_is_gone():
+    assert say("crashed", component="draft", exit_status=1, error=OOM, process_gone=True) == (
+        "gpu7 crashed in loading_weights (draft model) (exit status 1): torch.OutOfMemoryError: CUDA out of memory.")
+    assert say("crashed", phase="initializing", process_gone=True) == (
+        "gpu7 crashed in initializing: process 42 is gone, no error in /var/log/sglang/gpu7.log")
+    assert say("crashed", error=OOM, health_path="/health_generate", no_longer_answers="connection refused",
+               ready_after=61.3) == (
+        "gpu7 crashed in loading_weights: torch.OutOfMemoryError: CUDA out of memory.; it no longer answers "
+        "/health_generate: connection refused (it was ready after 61.3 s, but not at the end of the wait)")
+
+
+def test_stalled_says_how_long_the_log_was_silent_its_last_line_and_what_was_killed():
+    silent = {"phase": "capturing_cuda_graph", "silent_for": 605.4, "last_activity_line": "Capturing batches (bs=8)"}
+    assert say("stalled", **silent) == (
+        "gpu7 stalled in capturing_cuda_graph: no log output for 605 s; last line: Capturing batches (bs=8)")
+    assert say("stalled", killed_pids=[41, 42], **silent).endswith("; killed pids 41, 42")
+    assert say("stalled", not_killed="another call holds the host lock", **silent).endswith(
+        "; not killed: another call holds the host lock")
+
+
+def test_timeout_says_the_wait_the_phase_its_progress_and_the_last_health_answer():
+    weights = {"weights": {"done": 37, "total": 64}}
+    assert say("timeout", timeout=1800.0, progress=weights, health={"status": 503, "error": "HTTP 503"}) == (
+        "gpu7 not ready after 1800 s, in loading_weights 37/64; last health answer: HTTP 503")
+    assert say("timeout", timeout=1.5, phase="initializing", health={"status": None, "error": "refused"}) == (
+        "gpu7 not ready after 1.5 s, in initializing; last health answer: unreachable (refused)")
+    assert say("timeout", timeout=60.0, component="draft", progress=weights) == (
+        "gpu7 not ready after 60 s, in loading_weights (draft model) 37/64; last health answer: none")
+
+
+def test_ready_replaced_and_a_snapshot_have_their_sentences():
+    assert say("ready", seconds_to_ready=61.3) == "gpu7 ready after 61.3 s"
+    assert say("replaced", replaced_by={"pid": 43, "run_id": "r2"}) == (
+        "gpu7 replaced by another run: it now runs as pid 43 (run r2), not as pid 42 launched by this run")
+    assert say("replaced", replaced_by={"pid": 43}).endswith("(run unknown), not as pid 42 launched by this run")
+    assert say("starting", phase="warming_up") == "gpu7 warming_up (check mode: not waited for)"
+
+
+def test_every_state_is_a_verdict_or_not_and_says_its_progress_with_the_documented_fields():
+    for name, state in STATES.items():
+        assert state.decided or not (state.ready or state.failing), name
+        if state.progress is not None:
+            assert state.progress.format(name="gpu7", phase="loading weights", counter=" 1/2", killed="").startswith(
+                "gpu7 "), name
+    assert [name for name, state in STATES.items() if state.ready] == ["ready"]
+    assert {name for name, state in STATES.items() if not state.decided} == {"waiting", "starting"}
