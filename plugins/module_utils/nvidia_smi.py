@@ -11,14 +11,15 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command import (
+    CommandNotRun,
+    CommandTimedOut,
+    run_bounded,
+)
 
 # Seconds nvidia-smi gets to answer (default of the modules' nvidia_smi_timeout option).
 DEFAULT_NVIDIA_SMI_TIMEOUT = 30
-# After SIGKILL, how long to wait for the process to be reaped: one stuck in the driver (state D) dies
-# only when the driver lets go, and must not keep the module waiting.
-_REAP_SECONDS = 2
 
 Field = collections.namedtuple("Field", ["query", "key", "convert"])
 
@@ -111,35 +112,15 @@ def bounded_runner(timeout=DEFAULT_NVIDIA_SMI_TIMEOUT):
     SIGKILLed and NvidiaSmiError says which command hung.
     """
     def run(argv):
-        command = shlex.join(argv)
         try:
-            # Not run_command: it has no timeout, and a hung driver makes nvidia-smi hang for good.
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
-                                       stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as exc:
-            raise NvidiaSmiError(f"cannot run {command}: {exc}")
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
+            return run_bounded(argv, timeout)
+        except CommandNotRun as exc:
+            raise NvidiaSmiError(str(exc))
+        except CommandTimedOut:
             raise NvidiaSmiError(
-                f"{command} did not answer within {timeout:g} s (nvidia_smi_timeout); the driver may be hung: "
-                "check `nvidia-smi` on the host")
-        return process.returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
+                f"{shlex.join(argv)} did not answer within {timeout:g} s (nvidia_smi_timeout); the driver may be "
+                "hung: check `nvidia-smi` on the host")
     return run
-
-
-def _kill_group(process):
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass  # already gone
-    try:
-        process.wait(timeout=_REAP_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass  # stuck in the driver; the kernel reaps it once the driver lets go
-    for pipe in (process.stdout, process.stderr):
-        pipe.close()
 
 
 def resolve_binary(nvidia_smi):

@@ -95,6 +95,14 @@ def read_process(pid, proc_root=PROC_ROOT):
     return ProcessInfo(state=fields[0], cmdline=" ".join(argv) if argv else f"[{comm}]", argv=argv, **numbers)
 
 
+def start_epoch(info, proc_root=PROC_ROOT):
+    """Epoch seconds at which the process of ``info`` started (boot time + its start time in clock ticks)."""
+    for line in (_read_bytes(os.path.join(proc_root, "stat")) or b"").decode().splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1]) + info.starttime / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def read_environ(pid, proc_root=PROC_ROOT):
     """Environment of ``pid`` as a dict; empty when unreadable (gone, or not ours to read)."""
     raw = _read_bytes(os.path.join(proc_root, str(pid), "environ")) or b""

@@ -13,16 +13,17 @@ import hashlib
 import os
 import re
 import signal
-import subprocess
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     host_job,
+    launchers,
     option_ranges,
     procfs,
     run_lock,
     safe_files,
     script_files,
+    server_plan,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     DEFAULT_NVIDIA_SMI_TIMEOUT,
@@ -69,6 +70,8 @@ SERVER_RANGES = dict(
     log_generations=option_ranges.count(1, 100),
     progress_interval=option_ranges.PROGRESS_INTERVAL,
 )
+SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_burst": option_ranges.count(1, 1000),
+                  "start_limit_interval": option_ranges.seconds(0, 86400)}
 
 STATES = ("started", "restarted", "stopped")
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
@@ -99,6 +102,9 @@ def validate_request(params):
     error listing every problem."""
     servers, state = params["servers"], params["state"]
     problems = option_ranges.range_problems(params, SERVER_RANGES)
+    systemd = params.get("launcher") == "systemd"
+    if systemd:
+        problems += [f"systemd.{problem}" for problem in option_ranges.range_problems(params["systemd"], SYSTEMD_RANGES)]
     for pattern in params["ignore_gpu_holders"]:
         try:
             re.compile(pattern)
@@ -155,6 +161,8 @@ def validate_request(params):
         script = server.get("launch_script")
         if launching and script:
             problems.extend(_script_problems(where, name, script, scripts.get(name)))
+        if launching and systemd:
+            problems.extend(launchers.unit_problems(where, server, params["state_dir"]))
     for name, script in scripts.items():
         server = next((server for server in servers if server.get("name") == name), None)
         if server is None or server.get("launch_script") != script["path"]:
@@ -199,13 +207,6 @@ def _gpu_keyed(values):
     return {str(index): value for index, value in sorted(values.items())}
 
 
-def _describe(running, pid, values):
-    """One server in the diff: running, pid and the settings that decide whether it is current."""
-    described = {"running": running, "pid": pid}
-    described.update((key, values.get(key)) for key in ("port", "gpus", "launch_script", "script_sha256", "log_path"))
-    return described
-
-
 # What each server goes through in the worker; the controller turns these into progress words.
 STEP_STOPPING, STEP_KILLING, STEP_VERIFYING = "stopping", "killing", "verifying"
 STEP_DONE, STEP_FAILED = "done", "failed"
@@ -214,10 +215,15 @@ STEP_DONE, STEP_FAILED = "done", "failed"
 class ServerPlan:
     """What happens to one server, and what happened."""
 
-    def __init__(self, spec, recorded):
+    def __init__(self, spec, recorded, launcher, stop_launcher):
         self.spec = spec
         self.name = spec["name"]
         self.recorded = recorded
+        # Who starts it (the requested launcher), and who stops what runs now (the recorded one).
+        self.launcher = launcher
+        self.stop_launcher = stop_launcher
+        self.unit_content = None
+        self.desired = None
         recorded_gpus = (recorded or {}).get("gpus")
         # A state file is only read: a malformed GPU list counts as none recorded.
         if not isinstance(recorded_gpus, list) or not all(_is_index(gpu) for gpu in recorded_gpus):
@@ -225,6 +231,7 @@ class ServerPlan:
         self.gpus = sorted(spec.get("gpus") or recorded_gpus)
         self.action = "unchanged"
         self.reason = ""
+        self.main_pid = None
         self.processes = {}
         self.group = None
         # Stale servers and forced foreign holders that hold this server's GPUs or port: pid -> ProcessInfo.
@@ -288,6 +295,8 @@ class ServerControl:
         self.state_dir = params["state_dir"]
         self.device_dir = params["gpu_device_dir"]
         self.owner = ServerProcesses(self.state_dir)
+        self.launchers = launchers.launchers(self.owner, params)
+        self.launcher = self.launchers[params.get("launcher") or server_plan.DEFAULT_LAUNCHER]
         self.run = bounded_runner(params["nvidia_smi_timeout"])
         self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
         self.foreign = {}
@@ -316,30 +325,32 @@ class ServerControl:
     def _plan(self, spec):
         state = self.params["state"]
         recorded = read_state(self.state_dir, spec["name"])
-        plan = ServerPlan(spec, recorded)
-        plan.processes, plan.group = self.owner.of_server(plan.name, recorded)
-        if state == "stopped":
-            plan.action = "stopped" if plan.processes else "already_stopped"
-            plan.reason = "stop requested" if plan.processes else "no process of this server runs"
-            return plan
-        plan.script_sha256 = self._script_sha256(spec)
-        if state == "restarted":
-            plan.reason = "restart requested"
-        elif not recorded:
-            plan.reason = f"no state recorded in {state_path(self.state_dir, plan.name)}"
-        elif self.owner.main_process(recorded) is None:
-            plan.reason = f"recorded process {recorded.get('pid')} is not running"
-        else:
-            changed = [key for key in ("launch_script", "port", "gpus", "log_path")
-                       if recorded.get(key) != (sorted(spec[key]) if key == "gpus" else spec[key])]
-            if recorded.get("script_sha256") != plan.script_sha256:
-                changed.insert(0, "launch script content")
-            if not changed:
-                plan.reason = f"running (pid {recorded['pid']}) with the same launch script"
-                return plan
-            plan.reason = "changed: " + ", ".join(changed)
-        plan.action = "relaunched" if plan.processes else "launched"
+        recorded_launcher = server_plan.recorded_settings(recorded)["launcher"]
+        stop_launcher = self.launchers.get(recorded_launcher, self.launchers[server_plan.DEFAULT_LAUNCHER])
+        plan = ServerPlan(spec, recorded, self.launcher, stop_launcher)
+        running = stop_launcher.observe(plan.name, recorded)
+        plan.processes, plan.group = running.processes, running.group
+        plan.main_pid = running.main.pid if running.main else None
+        if state != "stopped":
+            plan.script_sha256 = self._script_sha256(spec)
+            unit_sha256 = None
+            if isinstance(self.launcher, launchers.SystemdLauncher):
+                plan.unit_content = self.launcher.unit_content(spec)
+                unit_sha256 = launchers.unit_sha256(plan.unit_content)
+            plan.desired = server_plan.desired_settings(spec, plan.script_sha256, self.launcher.name, unit_sha256)
+        observed = server_plan.Observed(recorded, bool(plan.processes), plan.main_pid)
+        decision = server_plan.decide(state, plan.desired, observed, state_path(self.state_dir, plan.name))
+        plan.action, plan.reason = decision.action, decision.reason
+        if plan.action == "unchanged" and plan.main_pid != recorded.get("pid") and not self.check_mode:
+            self._record_restart(plan, running.main)
         return plan
+
+    def _record_restart(self, plan, main):
+        """systemd restarted the server since it was recorded: the state file follows its new main process."""
+        restarted = dict(plan.recorded, pid=main.pid, pgid=main.pgid, pid_starttime=main.starttime,
+                         launched_at=procfs.start_epoch(main))
+        write_state(self.state_dir, plan.name, restarted)
+        plan.recorded = restarted
 
     def _check_conflicts(self, plans):
         """Before anything is written or killed: judge every GPU holder and port owner that is not ours to stop.
@@ -362,35 +373,18 @@ class ServerControl:
             if info is None:
                 return
             owner = self.owner.owner(pid)
-            if owner.verdict == "foreign":
-                if what.startswith("GPU") and any(pattern.search(info.cmdline) for pattern in ignored):
-                    return  # daemons such as nvidia-persistenced keep every device node open without memory
-                if what.startswith("GPU") and self.params["force_kill_gpu_holders"] and pid not in self.owner.protected:
-                    self.foreign[pid] = dict(procfs.describe(pid), holds=what)
-                    for plan in needing:
-                        plan.blockers[pid] = info
-                    return
-                without = (f"{procfs.MARKER_VAR}={owner.server} but no {procfs.DEPLOYMENT_VAR} (started outside any "
-                           "deployment)") if owner.server else f"no {procfs.MARKER_VAR} marker"
-                if what.startswith("GPU"):
-                    problems.append(f"{what} is held by foreign process {pid} ({info.cmdline}) that has {without}; "
-                                    "refusing to kill it: stop it yourself or set force_kill_gpu_holders: true")
-                else:
-                    problems.append(f"{what} is in use by foreign process {pid} ({info.cmdline}); free the port or "
-                                    "choose another one")
-            elif owner.verdict == "other_deployment":
-                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r} of another "
-                                f"deployment (state_dir {owner.deployment}); stop it there first")
-            elif owner.server in planned:
-                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, "
-                                "which this run leaves running")
-            elif pid in self.owner.protected:
-                problems.append(f"{what} is held by pid {pid} ({info.cmdline}), which runs this module (an ancestor "
-                                "of it); refusing to touch it")
-            elif (stale_state := read_state(self.state_dir, owner.server)) is None:
-                problems.append(f"{what} is held by pid {pid} ({info.cmdline}) of server {owner.server!r}, which has "
-                                f"no state file in {self.state_dir} (another deployment?); stop it first")
-            else:
+            stale_state = read_state(self.state_dir, owner.server) if owner.verdict == "ours" and owner.server else None
+            holder = server_plan.Holder(pid, info.cmdline, owner.verdict, owner.server, owner.deployment,
+                                        pid in self.owner.protected, stale_state is not None)
+            judgement = server_plan.judge_holder(holder, what, planned, ignored,
+                                                 self.params["force_kill_gpu_holders"], self.state_dir)
+            if judgement.kind == "refuse":
+                problems.append(judgement.problem)
+            elif judgement.kind == "force":
+                self.foreign[pid] = dict(procfs.describe(pid), holds=what)
+                for plan in needing:
+                    plan.blockers[pid] = info
+            elif judgement.kind == "stale":
                 # The whole stale server goes, not only the process in the way: its state file is removed.
                 stale, _group = self.owner.of_server(owner.server, stale_state)
                 stale[pid] = info
@@ -414,15 +408,22 @@ class ServerControl:
             raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
 
     def _write_scripts(self, plans, check_mode):
-        """Write the given launch scripts after every check passed; returns their results and diffs."""
+        """Write the given launch scripts (and the launcher's units) after every check passed; returns their
+        results and diffs."""
         scripts = [self.scripts[plan.name] for plan in plans if plan.name in self.scripts]
-        if not scripts:
-            return {}, []
+        results, diffs = {}, []
         try:
-            return script_files.sync_scripts(scripts, SCRIPT_MODE, SCRIPT_DIRECTORY_MODE,
-                                             self.params["required_paths"], self.secrets, check_mode)
+            if scripts:
+                results, diffs = script_files.sync_scripts(scripts, SCRIPT_MODE, SCRIPT_DIRECTORY_MODE,
+                                                           self.params["required_paths"], self.secrets, check_mode)
+            units, unit_diffs = self.launcher.prepare(plans, check_mode)
         except script_files.ScriptError as exc:
             raise ServerControlError(str(exc), **exc.details)
+        except launchers.LauncherError as exc:
+            raise ServerControlError(f"{exc}; no server was stopped")
+        for name, unit in units.items():
+            results.setdefault(name, {})["unit"] = unit
+        return results, diffs + unit_diffs
 
     # ---- acting (in the detached worker) -------------------------------------------------------
 
@@ -434,15 +435,16 @@ class ServerControl:
         self._event(plan, "failed", now, error=error)
 
     def _signal(self, plan, sig, now):
-        reached = self.owner.signal(plan.targets(), [plan.group] if plan.group else [], sig)
+        reached = plan.stop_launcher.stop(plan.name, plan.targets(), plan.group, force=sig == signal.SIGKILL)
         plan.last_signal.update((pid, signal.Signals(sig).name) for pid in reached)
         plan.enter(STEP_KILLING if sig == signal.SIGKILL else STEP_STOPPING, now)
         return reached
 
     def _rescan(self, plan):
         """Children may have been spawned while the server was shutting down."""
-        found, plan.group = self.owner.of_server(plan.name, plan.recorded)  # no group once its leader is gone
-        plan.processes.update(found)
+        running = plan.stop_launcher.observe(plan.name, plan.recorded)
+        plan.group = running.group  # no group once its leader is gone
+        plan.processes.update(running.processes)
 
     def _advance_stop(self, plan, now):
         alive = plan.processes_left = self.owner.still_alive(plan.targets())
@@ -478,9 +480,12 @@ class ServerControl:
             plan.gpu_memory_after = _gpu_keyed(plan.gpu_used)
             plan.timings["gpu_free_s"] = round(now - plan.step_since, 3)
             if plan.launches:
+                if plan.stop_launcher is not plan.launcher:
+                    plan.stop_launcher.stopped(plan.name)  # e.g. its systemd unit must not start it at boot too
                 self._launch(plan)
                 self._event(plan, "launched", now, pid=plan.launched["pid"])
             else:
+                plan.stop_launcher.stopped(plan.name)
                 remove_state(self.state_dir, plan.name)
             plan.enter(STEP_DONE, now)
             return
@@ -522,32 +527,24 @@ class ServerControl:
         # SGLang names its children with setproctitle, which overwrites /proc/<pid>/environ - and with it
         # the marker - unless SPT_NOENV is set (the title then fits in the original command line).
         env.setdefault("SPT_NOENV", "1")
-        script = spec["launch_script"]
         try:
-            # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
-            # Not run_command: that waits for the child, and this child is the long-running server.
-            process = subprocess.Popen(  # pylint: disable=ansible-bad-function
-                [script], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)
-        except OSError as exc:
-            raise LaunchError(f"{plan.name} was not launched: cannot execute launch script {script}: {exc}")
+            pid = plan.launcher.start(plan, log_fd, env)
+        except launchers.LauncherError as exc:
+            raise LaunchError(f"{plan.name} was not launched: {exc}")
         finally:
             os.close(log_fd)
-        info = procfs.read_process(process.pid)
+        info = procfs.read_process(pid)
         # The state file contract of docs/architecture.md.
-        plan.launched = {
-            "name": plan.name, "pid": process.pid, "pgid": process.pid, "port": spec["port"], "gpus": plan.gpus,
-            "launch_script": script, "script_sha256": plan.script_sha256, "log_path": log_path,
-            "launched_at": time.time(), "pid_starttime": info.starttime if info else None,
-            "run_id": self.params.get("run_id"),
-        }
+        plan.launched = dict(
+            plan.desired, name=plan.name, pid=pid, pgid=info.pgid if info else pid, launched_at=time.time(),
+            pid_starttime=info.starttime if info else None, run_id=self.params.get("run_id"))
         try:
             write_state(self.state_dir, plan.name, plan.launched)
             if spec.get("pid_file"):
-                safe_files.write_atomic(spec["pid_file"], f"{process.pid}\n", 0o644)
+                safe_files.write_atomic(spec["pid_file"], f"{pid}\n", 0o644)
         except OSError as exc:
             # A server nobody recorded would be found only by its marker: stop it rather than leave it half-known.
-            self.owner.kill_now(plan.name)
+            plan.launcher.kill(plan.name)
             plan.launched = {}
             raise LaunchError(f"{plan.name} was not launched: cannot record its state in {self.state_dir}: {exc}")
         plan.timings["launch_s"] = round(time.monotonic() - started, 3)
@@ -626,17 +623,16 @@ class ServerControl:
 
     @staticmethod
     def _describe_before(plan):
-        recorded = plan.recorded or {}
         running = bool(plan.processes)
-        return _describe(running, recorded.get("pid") if running else None, recorded)
+        return server_plan.describe(running, (plan.recorded or {}).get("pid") if running else None,
+                                    server_plan.recorded_settings(plan.recorded))
 
     def _describe_after(self, plan):
         if not plan.changes:
             return self._describe_before(plan)
         if plan.action == "stopped" or plan.down:
-            return _describe(False, None, {})
-        return _describe(True, plan.launched.get("pid"),
-                         dict(plan.spec, gpus=plan.gpus, script_sha256=plan.script_sha256))
+            return server_plan.describe(False, None, {})
+        return server_plan.describe(True, plan.launched.get("pid"), plan.desired)
 
     def _server_result(self, plan):
         current = plan.launched or (plan.recorded if plan.action == "unchanged" else {}) or {}

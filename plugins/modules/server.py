@@ -70,8 +70,10 @@ attributes:
   idempotent:
     support: full
     details:
-      - With O(state=started) a server whose recorded process is alive and whose launch script, port, GPUs and
-        log path are unchanged is left alone. O(state=restarted) always relaunches.
+      - With O(state=started) a server whose recorded process is alive (with O(launcher=systemd), the unit's main
+        process, also after systemd restarted it) and whose launch script, port, GPUs, log path, launcher and unit
+        are unchanged is left alone; RV(servers[].reason) names what changed otherwise. O(state=restarted) always
+        relaunches.
 options:
   servers:
     description:
@@ -164,6 +166,52 @@ options:
     description:
       - Internal, set by the action plugin - the job started by the first slice of this task. Do not set it.
     type: dict
+  launcher:
+    description:
+      - How a server is run. V(detached) starts its launch script as a process of its own session, detached from
+        the module. V(systemd) runs it as the systemd service C(gpuops-sglang-<name>.service) written into
+        O(systemd.unit_dir) from the same settings (C(ExecStart) the launch script, output appended to
+        O(servers[].log_path), C(KillMode=control-group), C(TimeoutStopSec) from O(stop_timeout)); the unit's
+        cgroup is then the authoritative set of the server's processes, so none can be orphaned.
+      - Stopping always goes through the launcher that launched the server (recorded in its state file), so
+        switching launchers relaunches the servers cleanly.
+    type: str
+    choices: [detached, systemd]
+    default: detached
+  systemd:
+    description: Settings of the units, with O(launcher=systemd). A change of any of them relaunches the server.
+    type: dict
+    default: {}
+    suboptions:
+      unit_dir:
+        description: Directory of the unit files.
+        type: path
+        default: /etc/systemd/system
+      systemctl:
+        description: The C(systemctl) command.
+        type: str
+        default: systemctl
+      enabled:
+        description: Enable the units, so the servers start again when the host (container) boots. O(state=stopped) disables them.
+        type: bool
+        default: false
+      restart:
+        description: C(Restart=) of the units - V(on-failure) lets systemd restart a server that crashed.
+        type: str
+        choices: ["no", on-failure]
+        default: "no"
+      restart_sec:
+        description: Seconds systemd waits before such a restart (0.1-3600).
+        type: float
+        default: 10
+      start_limit_burst:
+        description: At most this many starts within O(systemd.start_limit_interval) (1-1000), so a crash loop ends.
+        type: int
+        default: 3
+      start_limit_interval:
+        description: Seconds of the start limit window (0-86400).
+        type: float
+        default: 600
   state:
     description:
       - V(started) launches servers that are not running or whose launch script, port, GPUs or log path changed,
@@ -364,6 +412,10 @@ problems:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    LAUNCHERS,
+    SYSTEMD_ARGUMENT_SPEC,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     LOG_GENERATIONS,
 )
@@ -404,6 +456,8 @@ ARGUMENT_SPEC = {
     "lock_timeout": {"type": "float", "default": 300},
     "log_generations": {"type": "int", "default": LOG_GENERATIONS},
     "progress_interval": {"type": "float", "default": 10},
+    "launcher": {"type": "str", "choices": list(LAUNCHERS), "default": "detached"},
+    "systemd": {"type": "dict", "default": {}, "options": SYSTEMD_ARGUMENT_SPEC, "apply_defaults": True},
 }
 
 

@@ -5,14 +5,17 @@ harness' foreign-process tag, waits until they are gone, then removes the collec
 scripts and logs. Prints what it killed; exit 0 whatever was (not) found.
 """
 
+import glob
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
 TAGS = (b"GPUOPS_SGLANG_SERVER=", b"GPUOPS_MOLECULE_FOREIGN=")
 PATHS = ("/var/lib/gpuops-sglang", "/opt/gpuops-sglang", "/var/log/gpuops-sglang")
+UNITS = "/etc/systemd/system/gpuops-sglang-*.service"
 
 
 def tagged_pids():
@@ -30,7 +33,21 @@ def tagged_pids():
     return pids
 
 
+def remove_units():
+    """Units of sglang_launcher: systemd, stopped first so systemd cannot restart what is killed below."""
+    units = glob.glob(UNITS)
+    if not units:
+        return
+    names = [os.path.basename(unit) for unit in units]
+    subprocess.run(["systemctl", "disable", "--now", *names], check=False, capture_output=True)
+    for unit in units:
+        os.unlink(unit)
+    subprocess.run(["systemctl", "daemon-reload"], check=False)
+    subprocess.run(["systemctl", "reset-failed"], check=False)
+
+
 def main():
+    remove_units()
     killed = tagged_pids()
     for pid in killed:
         try:

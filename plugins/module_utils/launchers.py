@@ -1,0 +1,287 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The launcher seam: how a server's processes are started, stopped and observed.
+
+server_control.py runs the same per-server sequence (stop -> verify GPUs -> launch) whatever the
+launcher; a launcher only answers four questions:
+
+- ``observe(name, recorded)``: the server's processes now (``Running``);
+- ``stop(name, processes, group, force)``: ask them to stop (SIGTERM), or kill them (SIGKILL);
+- ``start(plan, log_path)``: start the launch script, return the main pid;
+- ``status(name, recorded)``: what the launcher itself knows (systemd: unit state, restarts).
+
+``DetachedLauncher`` starts the script as a detached process of its own session (the default).
+``SystemdLauncher`` runs it as a systemd service, one unit per server: the unit's cgroup is the
+authoritative process set (no scheduler can be orphaned), systemd may restart it and start it at boot.
+Processes are judged ours by server_processes.py either way; a launcher never signals another's.
+"""
+
+import collections
+import hashlib
+import os
+import re
+import signal
+import subprocess
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs, script_files
+from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command import (
+    CommandNotRun,
+    CommandTimedOut,
+    run_bounded,
+)
+
+LAUNCHERS = ("detached", "systemd")
+# processes: {pid: ProcessInfo} of the server; group: the process group to signal as a whole, or None;
+# main: ProcessInfo of its main process (the one recorded, or the unit's MainPID), or None.
+Running = collections.namedtuple("Running", ["processes", "group", "main"])
+
+SYSTEMD_ARGUMENT_SPEC = {
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "systemctl": {"type": "str", "default": "systemctl"},
+    "enabled": {"type": "bool", "default": False},
+    "restart": {"type": "str", "choices": ["no", "on-failure"], "default": "no"},
+    "restart_sec": {"type": "float", "default": 10},
+    "start_limit_burst": {"type": "int", "default": 3},
+    "start_limit_interval": {"type": "float", "default": 600},
+}
+SYSTEMCTL_TIMEOUT = 60
+UNIT_PREFIX = "gpuops-sglang-"
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
+# Characters a path in a unit may not hold: systemd splits on whitespace and unquotes; '%' is escaped instead.
+_UNSAFE_IN_UNIT = re.compile(r"[\s\"'\\;]")
+
+
+class LauncherError(Exception):
+    """The launcher could not do what was asked; the message names the command and what it said."""
+
+
+class DetachedLauncher:
+    """The launch script as a detached process in a session of its own."""
+
+    name = "detached"
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def observe(self, name, recorded):
+        processes, group = self.owner.of_server(name, recorded)
+        return Running(processes, group, self.owner.main_process(recorded))
+
+    def stop(self, name, processes, group, force):
+        """Signal ``processes`` (and ``group``); returns those that were alive before the signal."""
+        return self.owner.signal(processes, [group] if group else [], signal.SIGKILL if force else signal.SIGTERM)
+
+    def prepare(self, plans, check_mode):
+        """Files the launcher needs besides the scripts: ``(results by name, diffs)``."""
+        return {}, []
+
+    def start(self, plan, log_fd, env):
+        """Start the server's launch script; returns its pid. Raises LauncherError."""
+        script = plan.spec["launch_script"]
+        try:
+            # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
+            # Not run_command: that waits for the child, and this child is the long-running server.
+            process = subprocess.Popen(  # pylint: disable=ansible-bad-function
+                [script], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)
+        except OSError as exc:
+            raise LauncherError(f"cannot execute launch script {script}: {exc}")
+        return process.pid
+
+    def kill(self, name):
+        """Stop the server at once and for good (it could not be recorded)."""
+        self.owner.kill_now(name)
+
+    def stopped(self, name):
+        """The server was stopped for good (state=stopped), or is launched by another launcher now."""
+
+    def status(self, name, recorded):
+        return {"launcher": self.name}
+
+
+def unit_name(name):
+    return f"{UNIT_PREFIX}{name}.service"
+
+
+def _seconds(value):
+    # TimeoutStopSec=0 would mean "never": the shortest span systemd takes instead.
+    return f"{max(round(value * 1000), 1)}ms"
+
+
+def unit_problems(where, spec, state_dir):
+    """Paths systemd would split or unquote (a unit has no safe quoting for them)."""
+    return [f"{where}.{key} {value!r} cannot be used in a systemd unit (no whitespace, quotes, backslashes or "
+            "';'): choose another path or sglang_launcher: detached"
+            for key, value in (("launch_script", spec.get("launch_script")), ("log_path", spec.get("log_path")),
+                               ("state_dir", state_dir)) if value and _UNSAFE_IN_UNIT.search(value)]
+
+
+def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options):
+    """The unit of one server, from the same settings the detached launcher uses."""
+    def escaped(value):
+        return value.replace("%", "%%")
+
+    restart = options["restart"]
+    lines = [
+        "# Written by gpuops.sglang.server; edits are replaced at the next relaunch.",
+        f"# Starts at boot: {'yes' if options['enabled'] else 'no'}.",
+        "[Unit]",
+        f"Description=SGLang server {name} (gpuops.sglang)",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        f"StartLimitIntervalSec={_seconds(options['start_limit_interval'])}",
+        f"StartLimitBurst={options['start_limit_burst']}",
+        "",
+        "[Service]",
+        # exec: `systemctl start` fails when the script cannot be executed, instead of a silent crash.
+        "Type=exec",
+        f"ExecStart={escaped(launch_script)}",
+        f"WorkingDirectory={escaped(os.path.dirname(launch_script) or '/')}",
+        f"Environment={procfs.MARKER_VAR}={escaped(name)} {procfs.DEPLOYMENT_VAR}={escaped(state_dir)} SPT_NOENV=1",
+        "StandardInput=null",
+        f"StandardOutput=append:{escaped(log_path)}",
+        "StandardError=inherit",
+        # Every process of the server is in the unit's cgroup and goes with it: none can be orphaned.
+        "KillMode=control-group",
+        "KillSignal=SIGTERM",
+        f"TimeoutStopSec={_seconds(stop_timeout)}",
+        f"Restart={restart}",
+    ]
+    if restart != "no":
+        lines.append(f"RestartSec={_seconds(options['restart_sec'])}")
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def unit_sha256(content):
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+class SystemdLauncher:
+    """One systemd service per server, ``gpuops-sglang-<name>.service`` in ``unit_dir``."""
+
+    name = "systemd"
+
+    def __init__(self, owner, options, state_dir, stop_timeout, proc_root=procfs.PROC_ROOT):
+        self.owner = owner
+        self.options = options
+        self.state_dir = state_dir
+        self.stop_timeout = stop_timeout
+        self.proc_root = proc_root
+
+    # ---- talking to systemd ------------------------------------------------------------------------
+
+    def _systemctl(self, *args, check=True):
+        argv = [self.options["systemctl"], *args]
+        try:
+            rc, stdout, stderr = run_bounded(argv, SYSTEMCTL_TIMEOUT)
+        except (CommandNotRun, CommandTimedOut) as exc:
+            raise LauncherError(f"{exc} (is systemd the init of this host? sglang_launcher: systemd needs it)")
+        if check and rc != 0:
+            raise LauncherError(f"`{' '.join(argv)}` failed (rc {rc}): {(stderr or stdout).strip()}")
+        return rc, stdout
+
+    def properties(self, name):
+        """The unit's ActiveState, SubState, MainPID, NRestarts, ControlGroup, UnitFileState, LoadState."""
+        _rc, stdout = self._systemctl(
+            "show", "--property=ActiveState,SubState,MainPID,NRestarts,ControlGroup,UnitFileState,LoadState,Result",
+            unit_name(name))
+        return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+    def _cgroup_pids(self, control_group):
+        for root in CGROUP_ROOTS:
+            try:
+                with open(os.path.join(root, control_group.lstrip("/"), "cgroup.procs")) as handle:
+                    return {int(pid) for pid in handle.read().split()}
+            except (OSError, ValueError):
+                continue
+        return set()
+
+    # ---- the launcher interface -----------------------------------------------------------------------
+
+    def unit_path(self, name):
+        return os.path.join(self.options["unit_dir"], unit_name(name))
+
+    def unit_content(self, spec):
+        return render_unit(spec["name"], spec["launch_script"], spec["log_path"], self.state_dir,
+                           self.stop_timeout, self.options)
+
+    def observe(self, name, recorded):
+        processes, _group = self.owner.of_server(name, recorded)
+        props = self.properties(name)
+        for pid in self._cgroup_pids(props.get("ControlGroup") or ""):
+            info = procfs.read_process(pid, self.proc_root)
+            if info is not None and info.state not in ("Z", "X") and pid not in self.owner.protected:
+                processes[pid] = info  # in the unit's cgroup: the server's, whatever its environment says
+        main = None
+        main_pid = int(props.get("MainPID") or 0)
+        if props.get("ActiveState") in ("active", "activating", "reloading") and main_pid in processes:
+            main = processes[main_pid]
+        # The unit signals its cgroup as a whole; process groups play no part.
+        return Running(processes, None, main)
+
+    def stop(self, name, processes, group, force):
+        """``systemctl stop`` (no restart while it deactivates), or SIGKILL to the whole cgroup."""
+        alive = self.owner.still_alive(processes)
+        if force:
+            self._systemctl("kill", "--signal=SIGKILL", unit_name(name), check=False)
+        else:
+            self._systemctl("stop", "--no-block", unit_name(name), check=False)
+        # Processes outside the unit (strays of an earlier detached launch, stale servers in the way).
+        self.owner.signal(processes, [], signal.SIGKILL if force else signal.SIGTERM)
+        return alive
+
+    def prepare(self, plans, check_mode):
+        """Write the units of the servers to launch; ``systemctl daemon-reload`` when one changed."""
+        units = [{"name": plan.name, "path": self.unit_path(plan.name), "content": plan.unit_content}
+                 for plan in plans if plan.launches and plan.launcher is self]
+        if not units:
+            return {}, []
+        results, diffs = script_files.sync_scripts(units, 0o644, 0o755, [], [], check_mode)
+        if not check_mode and any(result["changed"] for result in results.values()):
+            self._systemctl("daemon-reload")
+        return results, diffs
+
+    def start(self, plan, log_fd, env):
+        unit = unit_name(plan.name)
+        self._systemctl("reset-failed", unit, check=False)  # a start limit hit earlier must not refuse this start
+        self._systemctl("enable" if self.options["enabled"] else "disable", "--quiet", unit)
+        rc, _stdout = self._systemctl("start", unit, check=False)
+        props = self.properties(plan.name)
+        main_pid = int(props.get("MainPID") or 0)
+        if rc != 0 or not main_pid:
+            raise LauncherError(f"`systemctl start {unit}` failed (rc {rc}, unit {props.get('ActiveState')}/"
+                                f"{props.get('SubState')}, result {props.get('Result')}): see `journalctl -u {unit}` "
+                                f"and {plan.spec['log_path']}")
+        return main_pid
+
+    def kill(self, name):
+        # Deactivating first: a SIGKILLed service would be restarted by Restart=on-failure.
+        self._systemctl("stop", "--no-block", unit_name(name), check=False)
+        self._systemctl("kill", "--signal=SIGKILL", unit_name(name), check=False)
+        self.owner.kill_now(name)
+        self.stopped(name)
+
+    def stopped(self, name):
+        # Stopped means stopped also after a reboot.
+        self._systemctl("disable", "--quiet", unit_name(name), check=False)
+        self._systemctl("reset-failed", unit_name(name), check=False)
+
+    def status(self, name, recorded):
+        props = self.properties(name)
+        return {"launcher": self.name, "unit": unit_name(name), "active_state": props.get("ActiveState"),
+                "sub_state": props.get("SubState"), "main_pid": int(props.get("MainPID") or 0) or None,
+                "restarts": int(props.get("NRestarts") or 0), "enabled": props.get("UnitFileState") == "enabled"}
+
+
+def launchers(owner, params):
+    """Every launcher, by name, for the options of a module call."""
+    return {
+        "detached": DetachedLauncher(owner),
+        "systemd": SystemdLauncher(owner, params.get("systemd") or defaults(SYSTEMD_ARGUMENT_SPEC),
+                                   params["state_dir"], params.get("stop_timeout", 30)),
+    }
+
+
+def defaults(spec):
+    return {key: option.get("default") for key, option in spec.items()}
