@@ -2,11 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation shared by the gpuops.sglang modules that look at a GPU host.
 
-C(gpuops.sglang.common.state_dir) documents O(state_dir), C(gpuops.sglang.common.gpu) documents O(nvidia_smi)
-and O(gpu_device_dir); the argument spec matching them is C(COMMON_ARGUMENT_SPEC) in
-module_utils/server_control.py. C(gpuops.sglang.common.http) documents the HTTP probe options of
-C(HTTP_ARGUMENT_SPEC) in module_utils/http_probe.py. C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute,
-which C(ansible.builtin.action_common_attributes) does not.
+C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu) and C(gpuops.sglang.common.http) document the
+argument specs STATE_DIR, GPU and HTTP of module_utils/argument_specs.py (a unit test keeps each fragment and its
+spec equal). C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
+C(ansible.builtin.action_common_attributes) does not.
 """
 
 

@@ -10,16 +10,6 @@ import socket
 import urllib.error
 import urllib.request
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
-
-# Options of every module that probes servers over HTTP (doc fragment gpuops.sglang.common.http).
-HTTP_ARGUMENT_SPEC = {
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "health_path": {"type": "str", "default": "/health_generate"},
-    "api_key": {"type": "str", "no_log": True},
-    "probe_timeout": {"type": "float", "default": 30},
-}
-HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
 # /metrics of a large server is some hundred kB; a body beyond this is not what we asked for.
 MAX_BODY_BYTES = 8 << 20
 

@@ -20,13 +20,12 @@ import threading
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
     option_ranges,
     procfs,
     run_lock,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
-    HTTP_ARGUMENT_SPEC,
-    HTTP_RANGES,
     get_json,
     http_get,
 )
@@ -44,7 +43,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
     recorded_starttime,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
     LockTimeout,
     acquire_host_lock,
     read_state,
@@ -82,16 +80,16 @@ WAIT_ARGUMENT_SPEC = {
         "log_path": {"type": "path"},
         "pid": {"type": "int"},
     }},
-    **HTTP_ARGUMENT_SPEC,
+    **argument_specs.HTTP,
     "timeout": {"type": "float", "default": 1800},
     "stall_timeout": {"type": "float", "default": 600},
     "kill_stalled": {"type": "bool", "default": False},
     "progress_interval": {"type": "float", "default": 10},
-    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+    **argument_specs.STATE_DIR,
     "run_id": {"type": "str"},
 }
 WAIT_RANGES = dict(
-    HTTP_RANGES,
+    argument_specs.HTTP_RANGES,
     timeout=option_ranges.seconds(1, 7 * 86400),
     stall_timeout=option_ranges.seconds(1, 86400, off=0),
     progress_interval=option_ranges.PROGRESS_INTERVAL,

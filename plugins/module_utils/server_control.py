@@ -16,6 +16,7 @@ import signal
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
     host_job,
     launchers,
     option_ranges,
@@ -26,7 +27,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     server_plan,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
-    DEFAULT_NVIDIA_SMI_TIMEOUT,
     DRIVER_GPUS_DIR,
     NvidiaSmiError,
     bounded_runner,
@@ -52,17 +52,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 # Foreign processes that keep GPU device nodes open on bare-metal hosts without using memory.
 IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengine\b", r"dcgm-exporter")
 
-COMMON_ARGUMENT_SPEC = {
-    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "nvidia_smi_timeout": {"type": "float", "default": DEFAULT_NVIDIA_SMI_TIMEOUT},
-    "gpu_device_dir": {"type": "path", "default": "/dev"},
-    "nvidia_driver_dir": {"type": "path", "default": DRIVER_GPUS_DIR},
-}
-COMMON_RANGES = {"nvidia_smi_timeout": option_ranges.seconds(1, 600)}
-
 SERVER_RANGES = dict(
-    COMMON_RANGES,
+    argument_specs.GPU_RANGES,
     stop_timeout=option_ranges.seconds(0, 3600),
     gpu_free_timeout=option_ranges.seconds(0, 3600),
     gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),

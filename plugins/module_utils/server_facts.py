@@ -14,7 +14,7 @@ import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import launchers, procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
@@ -31,6 +31,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     sha256_file,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_plan import (
+    recorded_settings,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
@@ -126,22 +129,31 @@ def http_facts(host, port, params):
     return facts
 
 
-def describe_server(spec, params, now, owner):
-    """Everything that needs no HTTP: process, script drift, NCCL environment, log."""
+def describe_server(spec, params, now, by_name):
+    """Everything that needs no HTTP: process, script drift, NCCL environment, log; ``by_name``: the launchers."""
     name = spec["name"]
     state = read_state(params["state_dir"], name) or {}
-    pid = state.get("pid")
-    found, _group = owner.of_server(name, state)
-    processes = [found[pid] for pid in sorted(found)]
-    main_alive = owner.main_process(state) is not None
+    launcher = by_name[recorded_settings(state)["launcher"]] if state else by_name["detached"]
+    try:
+        running, launcher_facts = launcher.observe(name, state), launcher.status(name, state) if state else None
+    except launchers.LauncherError as exc:
+        # A status report still reports what /proc shows when systemctl cannot answer.
+        launcher = by_name["detached"]
+        running, launcher_facts = launcher.observe(name, state), {"launcher": "systemd", "error": str(exc)}
+    processes = [running.processes[pid] for pid in sorted(running.processes)]
+    main_alive = running.main is not None
     alive = main_alive or bool(processes)
+    pid, launched_at = state.get("pid"), state.get("launched_at")
+    if main_alive and running.main.pid != pid:
+        # systemd restarted it since it was recorded: its current run is the one to look at.
+        pid, launched_at = running.main.pid, procfs.start_epoch(running.main)
     script = launch_script_facts(state)
-    run_log = RunLog(spec.get("log_path") or state.get("log_path"), state.get("launched_at"))
+    run_log = RunLog(spec.get("log_path") or state.get("log_path"), launched_at)
     run_log.read()
-    launched_at = state.get("launched_at")
     return {
         "name": name,
         "port": spec.get("port") or state.get("port"),
+        "launcher": launcher_facts,
         "pid": pid,
         "alive": alive,
         "main_alive": main_alive,
@@ -190,8 +202,8 @@ def describe_servers(params):
         state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*.json")))
         specs = [{"name": os.path.basename(path)[:-len(".json")]} for path in state_files]
     now = time.time()
-    owner = ServerProcesses(params["state_dir"])
-    servers = [describe_server(spec, params, now, owner) for spec in specs]
+    by_name = launchers.launchers(ServerProcesses(params["state_dir"]), params)
+    servers = [describe_server(spec, params, now, by_name) for spec in specs]
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
         answers = pool.map(lambda server: http_facts(params["host"], server["port"], params), servers)
         for server, answer in zip(servers, answers):

@@ -116,6 +116,7 @@ gpus:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     bounded_runner,
 )
@@ -123,18 +124,16 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
     range_problems,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    COMMON_ARGUMENT_SPEC,
-    COMMON_RANGES,
     ServerControlError,
     gpu_inventory,
 )
 
 
 def main():
-    argument_spec = dict(COMMON_ARGUMENT_SPEC, gpus={"type": "list", "elements": "int"})
+    argument_spec = dict(argument_specs.STATE_DIR, **argument_specs.GPU, gpus={"type": "list", "elements": "int"})
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    problems = range_problems(params, COMMON_RANGES)
+    problems = range_problems(params, argument_specs.GPU_RANGES)
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     try:

@@ -103,11 +103,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
     option_ranges,
     run_lock,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
 )
 
 _RETRY_SECONDS = 1
@@ -121,7 +119,7 @@ def main():
         "lease_timeout": {"type": "float", "default": 1800},
         "take_over": {"type": "str"},
         "progress_interval": {"type": "float", "default": 10},
-        "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+        **argument_specs.STATE_DIR,
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))])

@@ -412,6 +412,7 @@ problems:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     LAUNCHERS,
     SYSTEMD_ARGUMENT_SPEC,
@@ -421,7 +422,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    COMMON_ARGUMENT_SPEC,
     IGNORED_GPU_HOLDERS,
     STATES,
     ServerControl,
@@ -430,7 +430,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_control impor
 )
 
 ARGUMENT_SPEC = {
-    **COMMON_ARGUMENT_SPEC,
+    **argument_specs.STATE_DIR,
+    **argument_specs.GPU,
     "servers": {"type": "list", "elements": "dict", "required": True, "options": {
         "name": {"type": "str", "required": True},
         "port": {"type": "int"},

@@ -102,8 +102,16 @@ servers:
       description: Whether the recorded main process (same pid and start time) runs.
       type: bool
     pid:
-      description: Recorded pid of the main process.
+      description: Recorded pid of the main process (under systemd, the unit's main process, also after systemd restarted it).
       type: int
+    launcher:
+      description:
+        - What the launcher knows of the server; null without a state file.
+        - C(launcher) (V(detached) or V(systemd)); under systemd also C(unit), C(active_state), C(sub_state),
+          C(main_pid), C(restarts) (how often systemd restarted it) and C(enabled) (starts at boot), or C(error)
+          when systemctl did not answer.
+      type: dict
+      sample: {"launcher": "systemd", "unit": "gpuops-sglang-gpu3.service", "active_state": "active", "restarts": 1}
     uptime_seconds:
       description: Seconds since launch, while alive.
       type: float
@@ -166,19 +174,13 @@ log:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
-    HTTP_ARGUMENT_SPEC,
-    HTTP_RANGES,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     range_problems,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
     describe_servers,
     parse_log_file,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
 )
 
 
@@ -191,13 +193,13 @@ def main():
                 "log_path": {"type": "path"},
             }},
             "log_path": {"type": "path"},
-            **HTTP_ARGUMENT_SPEC,
-            "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+            **argument_specs.HTTP,
+            **argument_specs.STATE_DIR,
         },
         mutually_exclusive=[("servers", "log_path")],
         supports_check_mode=True,
     )
-    problems = range_problems(module.params, HTTP_RANGES)
+    problems = range_problems(module.params, argument_specs.HTTP_RANGES)
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     log_path = module.params["log_path"]

@@ -171,7 +171,21 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows)
+    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows) + _launcher_lines(servers, infos)
+
+
+def _launcher_lines(servers, infos):
+    """What systemd did behind our back: restarts of crashed servers, and units it could not tell about."""
+    lines = []
+    for server in servers:
+        launcher = (infos.get(server["name"]) or {}).get("launcher") or {}
+        if launcher.get("restarts"):
+            times = "time" if launcher["restarts"] == 1 else "times"
+            lines.append(f"{server['name']} restarted by systemd {launcher['restarts']} {times} "
+                         f"(unit {launcher['unit']}, now {launcher['active_state']})")
+        if launcher.get("error"):
+            lines.append(f"{server['name']}: {launcher['error']}")
+    return lines
 
 
 def stop_summary(server_results, interrupted_runs=None):

@@ -76,6 +76,18 @@ def test_fleet_status_shows_usage_and_nccl_mismatches():
     assert lines[2].endswith("MISMATCH NCCL_PROTO=Simple (want LL)")
 
 
+def test_fleet_status_says_what_systemd_did():
+    infos = [{"name": "gpu0", "status": "ready", "log": {"phase": "ready"},
+              "launcher": {"launcher": "systemd", "unit": "gpuops-sglang-gpu0.service", "active_state": "active",
+                           "restarts": 2}},
+             {"name": "gpu1", "status": "ready", "log": {"phase": "ready"},
+              "launcher": {"launcher": "systemd", "error": "systemctl did not answer within 60 s"}}]
+    lines = fleet_status(SERVERS[:2], infos, [])
+    assert lines[-2:] == ["gpu0 restarted by systemd 2 times (unit gpuops-sglang-gpu0.service, now active)",
+                          "gpu1: systemctl did not answer within 60 s"]
+    assert fleet_status(SERVERS[:1], [dict(infos[0], launcher={"launcher": "detached"})], [])[-1].startswith("gpu0 ")
+
+
 def test_stop_summary_lists_memory_left_per_gpu():
     lines = stop_summary([{"name": "gpu0-1", "gpus": [0, 1], "action": "stopped",
                            "gpu_memory_after_mib": {"1": 3, "0": 0}}])

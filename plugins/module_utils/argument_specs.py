@@ -1,0 +1,39 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Argument specs shared by several modules, each next to the doc fragment that documents it.
+
+``STATE_DIR`` is documented by ``gpuops.sglang.common.state_dir``, ``GPU`` by ``gpuops.sglang.common.gpu`` and
+``HTTP`` by ``gpuops.sglang.common.http`` (plugins/doc_fragments/common.py); the ranges of their numbers sit
+beside them. tests/unit/plugins/module_utils/test_argument_specs.py fails when a spec and its fragment differ.
+"""
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
+from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    DEFAULT_NVIDIA_SMI_TIMEOUT,
+    DRIVER_GPUS_DIR,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    DEFAULT_STATE_DIR,
+)
+
+STATE_DIR = {"state_dir": {"type": "path", "default": DEFAULT_STATE_DIR}}
+
+GPU = {
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "nvidia_smi_timeout": {"type": "float", "default": DEFAULT_NVIDIA_SMI_TIMEOUT},
+    "gpu_device_dir": {"type": "path", "default": "/dev"},
+    "nvidia_driver_dir": {"type": "path", "default": DRIVER_GPUS_DIR},
+}
+GPU_RANGES = {"nvidia_smi_timeout": option_ranges.seconds(1, 600)}
+
+HTTP = {
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "health_path": {"type": "str", "default": "/health_generate"},
+    "api_key": {"type": "str", "no_log": True},
+    "probe_timeout": {"type": "float", "default": 30},
+}
+HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
+
+# Fragment name (as modules extend it) -> the spec it documents.
+BY_FRAGMENT = {"gpuops.sglang.common.state_dir": STATE_DIR, "gpuops.sglang.common.gpu": GPU,
+               "gpuops.sglang.common.http": HTTP}
