@@ -71,6 +71,9 @@ class DetachedLauncher:
         """Signal ``processes`` (and ``group``); returns those that were alive before the signal."""
         return self.owner.signal(processes, [group] if group else [], signal.SIGKILL if force else signal.SIGTERM)
 
+    def problem(self):
+        """Why this launcher cannot work on this host, or None."""
+
     def prepare(self, plans, check_mode):
         """Files the launcher needs besides the scripts: ``(results by name, diffs)``."""
         return {}, []
@@ -161,6 +164,7 @@ class SystemdLauncher:
     """One systemd service per server, ``gpuops-sglang-<name>.service`` in ``unit_dir``."""
 
     name = "systemd"
+    systemd_runtime_dir = "/run/systemd/system"
 
     def __init__(self, owner, options, state_dir, stop_timeout, proc_root=procfs.PROC_ROOT):
         self.owner = owner
@@ -198,6 +202,13 @@ class SystemdLauncher:
         return set()
 
     # ---- the launcher interface -----------------------------------------------------------------------
+
+    def problem(self):
+        # sd_booted(3): systemd runs as init exactly when this directory exists.
+        if not os.path.isdir(self.systemd_runtime_dir):
+            return (f"launcher systemd: systemd is not the init of this host ({self.systemd_runtime_dir} does not "
+                    "exist): use launcher detached (sglang_launcher: detached)")
+        return None
 
     def unit_path(self, name):
         return os.path.join(self.options["unit_dir"], unit_name(name))

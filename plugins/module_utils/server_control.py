@@ -720,6 +720,9 @@ class ServerControl:
         return follow(self.state_dir, job_id, time.time() + slice_seconds)
 
     def _read_host(self, check_mode):
+        problem = self.launcher.problem()
+        if problem:
+            raise ServerControlError(f"{problem}; nothing was touched")
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         plans = [self._plan(spec) for spec in self.params["servers"]]

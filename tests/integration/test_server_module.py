@@ -345,6 +345,29 @@ def test_servers_sharing_files_or_a_marker_are_rejected(server, make_server):
     ]
 
 
+def test_the_systemd_launcher_without_systemd_touches_nothing(server, launched, make_server, marked, tmp_path):
+    # This machine's init is not systemd (the LXC rig's containers are: molecule/systemd runs the launcher there).
+    beta = make_server("beta", [6])
+    pids = launched(beta)
+    before = read_text(beta["launch_script"])
+    unit_dir = tmp_path / "units"
+    result = server([dict(beta, port=beta["port"])], state="restarted", launcher="systemd",
+                    systemd={"unit_dir": str(unit_dir)})
+    assert result["failed"]
+    assert result["msg"] == ("launcher systemd: systemd is not the init of this host (/run/systemd/system does not "
+                             "exist): use launcher detached (sglang_launcher: detached); nothing was touched")
+    assert alive(pids["beta"]) and pids["beta"] in marked("beta")
+    assert read_text(beta["launch_script"]) == before and not unit_dir.exists()
+
+
+def test_a_path_a_unit_cannot_hold_is_refused_naming_it(server, make_server):
+    beta = make_server("beta", [6])
+    result = server([dict(beta, log_path="/var/log/my logs/beta.log")], launcher="systemd")
+    assert result["failed"]
+    assert ("servers[0] (beta).log_path '/var/log/my logs/beta.log' cannot be used in a systemd unit (no whitespace, "
+            "quotes, backslashes or ';'): choose another path or sglang_launcher: detached") in result["problems"]
+
+
 def test_bad_input_is_rejected_before_anything_is_killed(server, launched, make_server, tmp_path, marked):
     beta = make_server("beta", [6])
     pids = launched(beta)
