@@ -52,6 +52,7 @@ class FilterModule:
         return {
             "option_errors": role_options.option_problems,
             "topology": _user_errors(sglang_topology),
+            "gpu_index_errors": topology.gpu_index_problems,
             "launch_argv": _user_errors(launch_script.launch_argv),
             "launch_env": _user_errors(launch_script.launch_env),
             "cache_dirs": _user_errors(launch_script.cache_dirs),

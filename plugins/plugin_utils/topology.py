@@ -156,13 +156,22 @@ def validate_servers(servers, gpu_count=None):
             if gpu in gpu_owner and gpu_owner[gpu] != name:
                 problems.append(f"overlapping GPUs: GPU {gpu} is used by servers {gpu_owner[gpu]!r} and {name!r}")
             gpu_owner.setdefault(gpu, name)
-            if gpu_count is not None and gpu >= int(gpu_count):
-                count = int(gpu_count)
-                problems.append(f"server {name!r}: GPU index {gpu} is beyond the host's GPU count {count} "
-                                f"(valid: 0-{count - 1})")
+        if gpu_count is not None:
+            problems.extend(gpu_index_problems([server], gpu_count))
     if problems:
         raise TopologyError("invalid server topology:\n- " + "\n- ".join(problems))
     return normalized
+
+
+def gpu_index_problems(servers, gpu_count):
+    """One message per GPU index of the validated ``servers`` beyond a host's ``gpu_count`` GPUs.
+
+    validate_servers bounds the indexes with it; a relaunch checks the expanded topology against the count the
+    host reported (gpu_info) with it, without expanding the topology again.
+    """
+    count = int(gpu_count)
+    return [f"server {server['name']!r}: GPU index {gpu} is beyond the host's GPU count {count} (valid: 0-{count - 1})"
+            for server in servers for gpu in server["gpus"] if gpu >= count]
 
 
 def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None):

@@ -107,7 +107,7 @@ def test_halted_batches_keep_the_remaining_servers_untouched(sim_host):
 def test_gpu_index_beyond_the_hosts_count_fails_in_preflight(sim_host):
     result = sim_host.run("relaunch", {"sglang_gpu_count": 16})
     assert result.rc != 0
-    failed = result.task("Expand and validate")[-1]
+    failed = result.task("GPU indexes against the host")[-1]
     assert "GPU index 8 is beyond the host's GPU count 8" in failed["msg"]
     assert result.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.gpu_info", "gpuops.sglang.host_lock"]
     assert not sim_host.script_dir.exists()

@@ -1,4 +1,5 @@
-"""Role gpuops.sglang.launch_scripts through real ansible-playbook runs of playbooks/deploy.yml.
+"""Role gpuops.sglang.launch_scripts through real ansible-playbook runs of playbooks/deploy.yml, and the
+interface between the roles (settings checked first, the topology expanded once) through the other playbooks.
 
 Each test gets its own simulated 8-GPU host ``simhost`` (local connection) with an inventory under
 tmp_path (``sim_host`` fixture of conftest.py).
@@ -146,6 +147,9 @@ def test_tp8_with_pcie_nccl_and_eagle3(sim_host, tmp_path):
     # Not in the deploy role's argument spec: the option check names it.
     ("deploy", ("-e", "relaunch_progress_interval=abc"),
      "relaunch_progress_interval must be a number (0.1-600 s), got 'abc'"),
+    # The shared settings' types are checked by role gpuops.sglang.settings, whichever entry point runs.
+    ("stop", ("-e", "sglang_gpu_count=abc"), "argument 'sglang_gpu_count' is of type str"),
+    ("status", ("-e", "sglang_nvidia_smi_timeout=abc"), "argument 'sglang_nvidia_smi_timeout' is of type str"),
 ])
 def test_bad_numbers_fail_before_the_host_is_touched(sim_host, playbook, extra_args, message):
     result = sim_host.run(playbook, args=extra_args)
@@ -170,3 +174,23 @@ def test_every_problem_of_settings_and_servers_is_named_on_deploy(sim_host):
     assert "server 'a': env must be a dict, got a list" in typo.stdout
     assert "Traceback" not in result.stdout + result.stderr + typo.stdout + typo.stderr
     assert not sim_host.script_dir.exists()
+
+
+def test_a_relaunch_expands_the_topology_once_and_publishes_it_as_one_fact(sim_host):
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 2}, args=("--check",))
+    assert result.rc == 0, result.stdout
+    expansions = [host["ansible_facts"]["launch_scripts_servers"] for _name, host, _duration in result.tasks()
+                  if "launch_scripts_servers" in host.get("ansible_facts", {})]
+    assert len(expansions) == 1, "one expansion per run"
+    assert [(server["name"], server["port"], server["gpus"], server["launch_script"], server["log_path"])
+            for server in expansions[0]] == [
+        (f"gpu{index}", sim_host.port(index), [index], str(sim_host.script(f"gpu{index}")),
+         str(sim_host.log_dir / f"gpu{index}.log")) for index in range(2)]
+    # After gpu_info only the GPU indexes are checked, against the 8 GPUs the host reported.
+    [checked] = result.task("GPU indexes against the host")
+    assert checked["action"] == "ansible.builtin.assert" and not checked.get("failed")
+    # Check mode holds nothing. Both calls found the fake GPUs: the options of group gpuops.sglang.gpu (the fake
+    # nvidia-smi and device directories) reached them through the role's module_defaults.
+    assert result.module_calls() == ["gpuops.sglang.gpu_info", "gpuops.sglang.server"]
+    [server] = result.task("Bring servers")
+    assert {entry["name"]: entry["action"] for entry in server["servers"]} == {"gpu0": "launched", "gpu1": "launched"}

@@ -1,9 +1,14 @@
-"""Ranges and types of the roles' variables: refused outside, accepted on the boundary, documented in the specs."""
+"""Ranges and types of the roles' variables: refused outside, accepted on the boundary, documented in the specs;
+the shared settings defined once; the action groups the roles set module options through."""
 
+import glob
+import importlib.util
 import os
+import re
 
 import pytest
 import yaml
+from ansible_collections.gpuops.sglang.plugins.doc_fragments import common
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     describe,
 )
@@ -13,18 +18,24 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import 
     option_problems,
 )
 
-ROLES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
-# Set by gpuops.sglang.relaunch from what the host reported, never by a user.
+REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+ROLES_DIR = os.path.join(REPO_ROOT, "roles")
+ROLES = ("settings", "launch_scripts", "relaunch")
+# The GPU count of the host when known; bounded by what the host has, not by a documented range.
 INTERNAL = {"launch_scripts_host_gpu_count"}
 
 
+def _load(role, *path):
+    with open(os.path.join(ROLES_DIR, role, *path)) as handle:
+        return yaml.safe_load(handle)
+
+
 def _argument_specs():
-    """(role, entry point, option name, option spec) of both roles."""
-    for role in ("launch_scripts", "relaunch"):
-        with open(os.path.join(ROLES_DIR, role, "meta", "argument_specs.yml")) as handle:
-            for entry, spec in yaml.safe_load(handle)["argument_specs"].items():
-                for name, option in spec["options"].items():
-                    yield role, entry, name, option
+    """(role, entry point, option name, option spec) of every role."""
+    for role in ROLES:
+        for entry, spec in _load(role, "meta", "argument_specs.yml")["argument_specs"].items():
+            for name, option in spec["options"].items():
+                yield role, entry, name, option
 
 
 def _step(option_range):
@@ -118,8 +129,65 @@ def test_every_numeric_variable_of_the_roles_has_a_range_documented_in_its_spec(
 
 def test_every_ranged_variable_has_a_default_in_a_role():
     defaults = {}
-    for role in ("launch_scripts", "relaunch"):
-        with open(os.path.join(ROLES_DIR, role, "defaults", "main.yml")) as handle:
-            defaults.update(yaml.safe_load(handle))
+    for role in ROLES:
+        defaults.update(_load(role, "defaults", "main.yml"))
     assert set(ROLE_OPTION_RANGES) <= set(defaults)
     assert option_problems(defaults) == [], "the defaults are inside their ranges"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_default_of_a_role_is_documented_with_its_value(role):
+    options = _load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    defaults = _load(role, "defaults", "main.yml")
+    for name, value in defaults.items():
+        assert name in options, f"{role}: {name} has a default but no documentation"
+        assert options[name].get("default") == value, f"{role}: {name} is documented with another default"
+    # The settings role holds the defaults of the shared settings, the other roles only their own.
+    shared = _load("settings", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    expected = set(shared) if role == "settings" else set(options) - set(shared)
+    assert {name for name in expected if options[name].get("default") is not None} <= set(defaults), role
+
+
+def test_every_entry_point_carries_the_shared_settings_as_the_settings_role_defines_them():
+    spec = importlib.util.spec_from_file_location("role_argument_specs",
+                                                  os.path.join(REPO_ROOT, "scripts", "role_argument_specs.py"))
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    drifted = [os.path.relpath(path, REPO_ROOT) for path in generator.drifted()]
+    assert drifted == [], "the shared settings drifted: run scripts/role_argument_specs.py"
+    shared = generator.shared_options()
+    for role, entry, name, option in _argument_specs():
+        if name.startswith("sglang_"):
+            assert option == shared.get(name), f"{role} {entry}: {name} is not the shared setting of role settings"
+
+
+def _module_options():
+    """Module name -> the options its documentation lists (doc fragments of gpuops.sglang.common included)."""
+    fragments = {}
+    for fragment, text in vars(common.ModuleDocFragment).items():
+        if fragment.isupper():
+            fragments[f"gpuops.sglang.common.{fragment.lower()}"] = yaml.safe_load(text).get("options", {})
+    options = {}
+    for path in glob.glob(os.path.join(REPO_ROOT, "plugins", "modules", "*.py")):
+        with open(path) as handle:
+            source = handle.read()
+        documentation = yaml.safe_load(re.search(r'DOCUMENTATION = r?"""(.*?)"""', source, re.DOTALL).group(1))
+        extended = [fragments.get(name, {}) for name in documentation.get("extends_documentation_fragment", [])]
+        options[documentation["module"]] = set(documentation["options"]).union(*extended)
+    return options
+
+
+def test_each_action_group_holds_exactly_the_modules_that_take_the_options_set_through_it():
+    with open(os.path.join(REPO_ROOT, "meta", "runtime.yml")) as handle:
+        groups = yaml.safe_load(handle)["action_groups"]
+    options = _module_options()
+    assert sorted(groups["sglang"]) == sorted(options)
+    with open(os.path.join(ROLES_DIR, "relaunch", "tasks", "run.yml")) as handle:
+        [job] = [task for task in yaml.safe_load(handle) if "module_defaults" in task]
+    for key, defaults in job["module_defaults"].items():
+        wanted = set(defaults)
+        if key.startswith("group/gpuops.sglang."):
+            members = groups[key.removeprefix("group/gpuops.sglang.")]
+            assert sorted(members) == sorted(name for name, taken in options.items() if wanted <= taken), key
+        else:
+            assert wanted <= options[key.removeprefix("gpuops.sglang.")], key

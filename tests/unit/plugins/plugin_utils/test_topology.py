@@ -5,6 +5,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.topology import (
     TopologyError,
     add_paths,
     expand_topology,
+    gpu_index_problems,
 )
 
 
@@ -80,6 +81,14 @@ def test_every_problem_is_reported_at_once():
 def test_host_gpu_count_bounds_the_generated_layout():
     with pytest.raises(TopologyError, match="GPU index 4 is beyond the host's GPU count 4"):
         expand_topology(gpu_count=8, host_gpu_count=4)
+
+
+def test_an_expanded_topology_is_checked_against_the_hosts_gpu_count_without_expanding_it_again():
+    servers = expand_topology(gpu_count=16, tp_size=4)
+    assert gpu_index_problems(servers, 16) == []
+    assert gpu_index_problems(servers, 8) == [
+        f"server 'gpu8-11': GPU index {gpu} is beyond the host's GPU count 8 (valid: 0-7)" for gpu in range(8, 12)
+    ] + [f"server 'gpu12-15': GPU index {gpu} is beyond the host's GPU count 8 (valid: 0-7)" for gpu in range(12, 16)]
 
 
 def test_group_size_must_divide_the_gpu_count():
