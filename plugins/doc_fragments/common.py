@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation shared by the gpuops.sglang modules that look at a GPU host.
 
-C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu) and C(gpuops.sglang.common.http) document the
-argument specs STATE_DIR, GPU and HTTP of module_utils/argument_specs.py (a unit test keeps each fragment and its
+C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http) and
+C(gpuops.sglang.common.systemd) document the argument specs STATE_DIR, GPU, HTTP and SYSTEMD of module_utils/argument_specs.py (a unit test keeps each fragment and its
 spec equal). C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
 C(ansible.builtin.action_common_attributes) does not.
 """
@@ -71,6 +71,46 @@ options:
         the other. Where it cannot be read, GPU N is taken to be C(nvidia<N>).
     type: path
     default: /proc/driver/nvidia/gpus
+"""
+
+    SYSTEMD = r"""
+options:
+  systemd:
+    description:
+      - The units of servers run by systemd (M(gpuops.sglang.server) with O(gpuops.sglang.server#module:launcher=systemd)).
+        A change of any of them relaunches the server; M(gpuops.sglang.server_info) uses O(systemd.systemctl) only.
+    type: dict
+    default: {}
+    suboptions:
+      unit_dir:
+        description: Directory of the unit files C(gpuops-sglang-<name>.service).
+        type: path
+        default: /etc/systemd/system
+      systemctl:
+        description: The C(systemctl) command.
+        type: str
+        default: systemctl
+      enabled:
+        description: Enable the units, so the servers start again when the host (container) boots. O(state=stopped) disables them.
+        type: bool
+        default: false
+      restart:
+        description: C(Restart=) of the units - V(on-failure) lets systemd restart a server that crashed.
+        type: str
+        choices: ["no", on-failure]
+        default: "no"
+      restart_sec:
+        description: Seconds systemd waits before such a restart (0.1-3600).
+        type: float
+        default: 10
+      start_limit_burst:
+        description: At most this many starts within O(systemd.start_limit_interval) (1-1000), so a crash loop ends.
+        type: int
+        default: 3
+      start_limit_interval:
+        description: Seconds of the start limit window (0-86400).
+        type: float
+        default: 600
 """
 
     IDEMPOTENT = r"""

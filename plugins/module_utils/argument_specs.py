@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Argument specs shared by several modules, each next to the doc fragment that documents it.
 
-``STATE_DIR`` is documented by ``gpuops.sglang.common.state_dir``, ``GPU`` by ``gpuops.sglang.common.gpu`` and
-``HTTP`` by ``gpuops.sglang.common.http`` (plugins/doc_fragments/common.py); the ranges of their numbers sit
+``STATE_DIR`` is documented by ``gpuops.sglang.common.state_dir``, ``GPU`` by ``gpuops.sglang.common.gpu``,
+``HTTP`` by ``gpuops.sglang.common.http`` and ``SYSTEMD`` by ``gpuops.sglang.common.systemd``
+(plugins/doc_fragments/common.py); the ranges of their numbers sit
 beside them. tests/unit/plugins/module_utils/test_argument_specs.py fails when a spec and its fragment differ.
 """
 
@@ -34,6 +35,20 @@ HTTP = {
 }
 HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
 
+# The units of launcher systemd (module_utils/launchers.py).
+SYSTEMD_OPTIONS = {
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "systemctl": {"type": "str", "default": "systemctl"},
+    "enabled": {"type": "bool", "default": False},
+    "restart": {"type": "str", "choices": ["no", "on-failure"], "default": "no"},
+    "restart_sec": {"type": "float", "default": 10},
+    "start_limit_burst": {"type": "int", "default": 3},
+    "start_limit_interval": {"type": "float", "default": 600},
+}
+SYSTEMD = {"systemd": {"type": "dict", "default": {}, "options": SYSTEMD_OPTIONS, "apply_defaults": True}}
+SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_burst": option_ranges.count(1, 1000),
+                  "start_limit_interval": option_ranges.seconds(0, 86400)}
+
 # Fragment name (as modules extend it) -> the spec it documents.
 BY_FRAGMENT = {"gpuops.sglang.common.state_dir": STATE_DIR, "gpuops.sglang.common.gpu": GPU,
-               "gpuops.sglang.common.http": HTTP}
+               "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.systemd": SYSTEMD}

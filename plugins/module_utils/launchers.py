@@ -23,7 +23,11 @@ import re
 import signal
 import subprocess
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs, script_files
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+    procfs,
+    script_files,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command import (
     CommandNotRun,
     CommandTimedOut,
@@ -35,15 +39,6 @@ LAUNCHERS = ("detached", "systemd")
 # main: ProcessInfo of its main process (the one recorded, or the unit's MainPID), or None.
 Running = collections.namedtuple("Running", ["processes", "group", "main"])
 
-SYSTEMD_ARGUMENT_SPEC = {
-    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-    "systemctl": {"type": "str", "default": "systemctl"},
-    "enabled": {"type": "bool", "default": False},
-    "restart": {"type": "str", "choices": ["no", "on-failure"], "default": "no"},
-    "restart_sec": {"type": "float", "default": 10},
-    "start_limit_burst": {"type": "int", "default": 3},
-    "start_limit_interval": {"type": "float", "default": 600},
-}
 SYSTEMCTL_TIMEOUT = 60
 UNIT_PREFIX = "gpuops-sglang-"
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
@@ -289,7 +284,7 @@ def launchers(owner, params):
     """Every launcher, by name, for the options of a module call."""
     return {
         "detached": DetachedLauncher(owner),
-        "systemd": SystemdLauncher(owner, params.get("systemd") or defaults(SYSTEMD_ARGUMENT_SPEC),
+        "systemd": SystemdLauncher(owner, params.get("systemd") or defaults(argument_specs.SYSTEMD_OPTIONS),
                                    params["state_dir"], params.get("stop_timeout", 30)),
     }
 

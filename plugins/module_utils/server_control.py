@@ -61,8 +61,6 @@ SERVER_RANGES = dict(
     log_generations=option_ranges.count(1, 100),
     progress_interval=option_ranges.PROGRESS_INTERVAL,
 )
-SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_burst": option_ranges.count(1, 1000),
-                  "start_limit_interval": option_ranges.seconds(0, 86400)}
 
 STATES = ("started", "restarted", "stopped")
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
@@ -95,7 +93,7 @@ def validate_request(params):
     problems = option_ranges.range_problems(params, SERVER_RANGES)
     systemd = params.get("launcher") == "systemd"
     if systemd:
-        problems += [f"systemd.{problem}" for problem in option_ranges.range_problems(params["systemd"], SYSTEMD_RANGES)]
+        problems += [f"systemd.{problem}" for problem in option_ranges.range_problems(params["systemd"], argument_specs.SYSTEMD_RANGES)]
     for pattern in params["ignore_gpu_holders"]:
         try:
             re.compile(pattern)

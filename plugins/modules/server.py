@@ -52,6 +52,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.gpu
+  - gpuops.sglang.common.systemd
   - gpuops.sglang.common.idempotent
 attributes:
   platform:
@@ -178,40 +179,6 @@ options:
     type: str
     choices: [detached, systemd]
     default: detached
-  systemd:
-    description: Settings of the units, with O(launcher=systemd). A change of any of them relaunches the server.
-    type: dict
-    default: {}
-    suboptions:
-      unit_dir:
-        description: Directory of the unit files.
-        type: path
-        default: /etc/systemd/system
-      systemctl:
-        description: The C(systemctl) command.
-        type: str
-        default: systemctl
-      enabled:
-        description: Enable the units, so the servers start again when the host (container) boots. O(state=stopped) disables them.
-        type: bool
-        default: false
-      restart:
-        description: C(Restart=) of the units - V(on-failure) lets systemd restart a server that crashed.
-        type: str
-        choices: ["no", on-failure]
-        default: "no"
-      restart_sec:
-        description: Seconds systemd waits before such a restart (0.1-3600).
-        type: float
-        default: 10
-      start_limit_burst:
-        description: At most this many starts within O(systemd.start_limit_interval) (1-1000), so a crash loop ends.
-        type: int
-        default: 3
-      start_limit_interval:
-        description: Seconds of the start limit window (0-86400).
-        type: float
-        default: 600
   state:
     description:
       - V(started) launches servers that are not running or whose launch script, port, GPUs or log path changed,
@@ -415,7 +382,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     LAUNCHERS,
-    SYSTEMD_ARGUMENT_SPEC,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     LOG_GENERATIONS,
@@ -458,7 +424,7 @@ ARGUMENT_SPEC = {
     "log_generations": {"type": "int", "default": LOG_GENERATIONS},
     "progress_interval": {"type": "float", "default": 10},
     "launcher": {"type": "str", "choices": list(LAUNCHERS), "default": "detached"},
-    "systemd": {"type": "dict", "default": {}, "options": SYSTEMD_ARGUMENT_SPEC, "apply_defaults": True},
+    **argument_specs.SYSTEMD,
 }
 
 

@@ -18,6 +18,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.http
+  - gpuops.sglang.common.systemd
 attributes:
   check_mode:
     support: full
@@ -195,6 +196,7 @@ def main():
             "log_path": {"type": "path"},
             **argument_specs.HTTP,
             **argument_specs.STATE_DIR,
+            **argument_specs.SYSTEMD,
         },
         mutually_exclusive=[("servers", "log_path")],
         supports_check_mode=True,

@@ -1,15 +1,17 @@
 """The systemd unit a server runs in, rendered from the same settings as the detached launch."""
 
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
+    SYSTEMD_OPTIONS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
-    SYSTEMD_ARGUMENT_SPEC,
     defaults,
     render_unit,
     unit_name,
     unit_problems,
 )
 
-OPTIONS = defaults(SYSTEMD_ARGUMENT_SPEC)
+OPTIONS = defaults(SYSTEMD_OPTIONS)
 
 
 def unit(stop_timeout=30, **options):
