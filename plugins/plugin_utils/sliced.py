@@ -3,18 +3,21 @@
 """Action plugins that run a module of this collection in bounded slices, with a progress line after each.
 
 A slice returns after about ``progress_interval`` seconds with ``carry`` (what the next slice needs)
-or without it when the work is done; the host side polls, the controller only reports.
+or without it when the work is done; the host side polls, the controller only reports. Each slice is one
+module call, pipelined where the connection allows (pipelining.py).
 """
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.pipelining import (
+    PipelinedAction,
+)
 
 display = Display()
 
 
-class SlicedAction(ActionBase):
+class SlicedAction(PipelinedAction):
     """Subclasses name ``MODULE`` and say what a slice's answer means in ``progress_line``."""
 
     TRANSFERS_FILES = False
