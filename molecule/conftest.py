@@ -7,16 +7,24 @@ pct exec): molecule/shared/probe.py runs in the container and returns a JSON sna
 import json
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# Hang guard for one playbook run from a verify step; not a speed check.
+PLAYBOOK_TIMEOUT = 300
 PROBE = (Path(__file__).parent / "shared" / "probe.py").read_text()
 FAKE_GPU_DIR = "/var/lib/fake-gpu"
 SCRIPT_DIR = "/opt/gpuops-sglang/bin"
 PCT_CALL_LOG = Path("/var/tmp/gpuops-rig/pct-calls.log")
-MODULE_RUN = re.compile(r"python3 \S+/AnsiballZ_(\w+)\.py")
+# A module run through a remote temp dir (AnsiballZ_<module>.py), or pipelined: the interpreter with the module
+# on stdin, the command ending "# gpuops.sglang.<module>" (plugins/plugin_utils/pipelining.py).
+MODULE_RUN = re.compile(r"python3 \S+/AnsiballZ_(\w+)\.py|# gpuops\.sglang\.(\w+)$")
 
 
 def snapshot(host, ports):
@@ -37,7 +45,22 @@ def servers_of(processes):
 def converge_pct_calls():
     """The pct calls of the first converge, per vmid: {"calls": n, "module_runs": Counter(module)}."""
     bracket = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
-    lines = PCT_CALL_LOG.read_text().splitlines()[bracket["first"]:bracket["end"]]
+    return pct_calls(PCT_CALL_LOG.read_text().splitlines()[bracket["first"]:bracket["end"]])
+
+
+def run_playbook(name, *args):
+    """``(completed process, pct calls per vmid)`` of one playbooks/<name> run against the scenario's inventory."""
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+               ANSIBLE_FORCE_COLOR="0")
+    inventory = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "inventory"
+    first = len(PCT_CALL_LOG.read_text().splitlines())
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / name), *args],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT, check=False)
+    return result, pct_calls(PCT_CALL_LOG.read_text().splitlines()[first:])
+
+
+def pct_calls(lines):
+    """Lines of the pct call log, per vmid: {"calls": n, "module_runs": Counter(module)}."""
     per_vmid = {}
     for line in lines:
         argv = json.loads(line)["argv"]
@@ -45,7 +68,7 @@ def converge_pct_calls():
         entry["calls"] += 1
         match = MODULE_RUN.search(" ".join(argv))
         if match:
-            entry["module_runs"][match.group(1)] += 1
+            entry["module_runs"][match.group(1) or match.group(2)] += 1
     return per_vmid
 
 

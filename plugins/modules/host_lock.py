@@ -21,6 +21,7 @@ author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
+  - gpuops.sglang.common.gpu
 attributes:
   platform:
     platforms: posix
@@ -56,6 +57,13 @@ options:
     description: Seconds between progress lines while waiting (0.1-600).
     type: float
     default: 10
+  report_gpus:
+    description:
+      - Once the host is held, also report its GPUs and the processes holding them, as M(gpuops.sglang.gpu_info)
+        does (RV(gpus)) - one round trip instead of two. When the GPU query fails, the hold is given back before
+        the task fails.
+    type: bool
+    default: false
   run:
     description: Internal, set by the action plugin - who this run is. Do not set it.
     type: dict
@@ -93,6 +101,11 @@ waited:
   description: Seconds spent waiting for another run.
   returned: when acquired
   type: float
+gpus:
+  description: With O(report_gpus), the host's GPUs, as RV(gpuops.sglang.gpu_info#module:gpus) returns them.
+  returned: when acquired with O(report_gpus)
+  type: list
+  elements: dict
 released:
   description: Whether this run still held the host and gave it back (false when another run had taken it over).
   returned: when released
@@ -107,6 +120,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     option_ranges,
     run_lock,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    bounded_runner,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+    ServerControlError,
+    gpu_inventory,
+)
 
 _RETRY_SECONDS = 1
 
@@ -120,11 +140,13 @@ def main():
         "take_over": {"type": "str"},
         "progress_interval": {"type": "float", "default": 10},
         **argument_specs.STATE_DIR,
+        **argument_specs.GPU,
+        "report_gpus": {"type": "bool", "default": False},
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))])
     params, state_dir = module.params, module.params["state_dir"]
-    problems = option_ranges.range_problems(params, run_lock.LOCK_RANGES)
+    problems = option_ranges.range_problems(params, dict(run_lock.LOCK_RANGES, **argument_specs.GPU_RANGES))
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     if params["state"] == "released":
@@ -142,7 +164,10 @@ def main():
             module.fail_json(msg=str(exc), run_id=run["run_id"])
         now = time.time()
         if claimed:
-            module.exit_json(changed=False, run_id=run["run_id"], taken_over=holder, waited=round(now - started, 1))
+            held = {"run_id": run["run_id"], "taken_over": holder, "waited": round(now - started, 1)}
+            if params["report_gpus"]:
+                held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
+            module.exit_json(changed=False, **held)
         # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
         # of this controller and take it over in the next slice.
         first = params["_carry"] is None
@@ -155,6 +180,17 @@ def main():
             module.exit_json(changed=False, run_id=run["run_id"], holder=holder,
                              holder_text=run_lock.describe_holder(holder, now), carry={"started": started})
         time.sleep(_RETRY_SECONDS)
+
+
+def _gpus_or_release(module, state_dir, run_id):
+    """The host's GPUs; a failed query gives the hold back first (a run that fails here does nothing else)."""
+    params = module.params
+    try:
+        return gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"], params["gpu_device_dir"],
+                             None, params["nvidia_driver_dir"], state_dir)
+    except ServerControlError as exc:
+        run_lock.release(state_dir, run_id)
+        module.fail_json(msg=str(exc), run_id=run_id, released=True)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,13 @@ options:
       - The run (from M(gpuops.sglang.host_lock)) this wait belongs to; every slice confirms the run still holds
         the host and fails, touching nothing, when another run took it over.
     type: str
+  release_run:
+    description:
+      - When the wait is over (ready or not), give the host back for O(run_id), as
+        M(gpuops.sglang.host_lock) with O(gpuops.sglang.host_lock#module:state=released) would - for the last call of
+        a run, one round trip fewer. An interrupted wait does not release; the caller's own release still does.
+    type: bool
+    default: false
   _carry:
     description:
       - Internal, set by the action plugin - the state of the trackers after the previous slice. Do not set it.
@@ -169,6 +176,10 @@ elapsed:
   description: Seconds the wait took.
   returned: always
   type: float
+released:
+  description: With O(release_run), whether the run still held the host and gave it back.
+  returned: when O(release_run) and O(run_id) were given, outside check mode
+  type: bool
 servers:
   description: One entry per server, in the order of O(servers).
   returned: always

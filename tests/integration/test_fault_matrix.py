@@ -30,7 +30,6 @@ from .conftest import (
 
 SERVER = "gpuops.sglang.server"
 WAIT = "gpuops.sglang.wait"
-GPU_INFO = "gpuops.sglang.gpu_info"
 SECRET = "sk-fault-matrix-7f3c9e21d4"
 
 
@@ -243,8 +242,10 @@ def test_a_failing_nvidia_smi_fails_the_preflight_and_kills_nothing(
     result = sim_host.run("relaunch", {"sglang_servers": servers, "relaunch_state": "restarted",
                                        "sglang_nvidia_smi_timeout": 2})
     assert result.rc != 0
-    [preflight] = result.task("Query the host's GPUs")
+    # The GPU query rides on the hold's round trip; a failed one gives the hold back before it fails.
+    [preflight] = [task for task in result.task("Hold the host") if task.get("action") == "gpuops.sglang.host_lock"]
     assert preflight["failed"] and expected.search(preflight["msg"]), preflight["msg"]
+    assert preflight["released"] is True and not (state_dir / "run.json").exists()
     assert "0 GPUs" not in " ".join(failures(result))
     assert not result.task("Bring servers"), "nothing is stopped after a failed GPU query"
     assert_untouched(pids, state_dir)

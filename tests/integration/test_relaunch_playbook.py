@@ -18,13 +18,17 @@ def state_pid(sim_host, name):
         return json.load(handle)["pid"]
 
 
-def test_relaunch_converges_in_five_module_calls_and_is_idempotent(sim_host):
+def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     first = sim_host.run("relaunch")
     assert first.rc == 0, summary(first) if first.report else first.stdout
     # One host, 8 servers: every server is handled by one call of each module (the server call writes the
-    # scripts); the run holds the host from the first call to the last.
-    assert first.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.gpu_info", "gpuops.sglang.server",
-                                    "gpuops.sglang.wait", "gpuops.sglang.host_lock"]
+    # scripts); the run holds the host from the first call (which also reports the GPUs) to the last (the wait,
+    # which gives it back).
+    assert first.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.server", "gpuops.sglang.wait"]
+    [hold] = [task for task in first.task("Hold the host") if task.get("action") == "gpuops.sglang.host_lock"]
+    assert len(hold["gpus"]) == 8, "the hold reported the host's GPUs"
+    assert first.task("Wait until the launched servers are ready")[0]["released"] is True
+    assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
     lines = summary(first)
     assert lines[0] == "8/8 servers ready"
     assert lines[2].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
@@ -109,7 +113,7 @@ def test_gpu_index_beyond_the_hosts_count_fails_in_preflight(sim_host):
     assert result.rc != 0
     failed = result.task("GPU indexes against the host")[-1]
     assert "GPU index 8 is beyond the host's GPU count 8" in failed["msg"]
-    assert result.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.gpu_info", "gpuops.sglang.host_lock"]
+    assert result.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.host_lock"]
     assert not sim_host.script_dir.exists()
 
 
