@@ -161,8 +161,9 @@ class SystemdLauncher:
     name = "systemd"
     systemd_runtime_dir = "/run/systemd/system"
 
-    def __init__(self, owner, options, state_dir, stop_timeout, proc_root=procfs.PROC_ROOT):
+    def __init__(self, owner, options, state_dir, stop_timeout, proc_root=procfs.PROC_ROOT, cgroup_roots=CGROUP_ROOTS):
         self.owner = owner
+        self.cgroup_roots = cgroup_roots
         self.options = options
         self.state_dir = state_dir
         self.stop_timeout = stop_timeout
@@ -187,8 +188,12 @@ class SystemdLauncher:
             unit_name(name))
         return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
 
-    def _cgroup_pids(self, control_group):
-        for root in CGROUP_ROOTS:
+    def _cgroup_pids(self, name, control_group):
+        """The pids in the unit's own cgroup. An inactive unit has none (ControlGroup empty): never read a parent
+        cgroup instead, where every process of the host (this module's worker too) may live."""
+        if os.path.basename(control_group or "") != unit_name(name):
+            return set()
+        for root in self.cgroup_roots:
             try:
                 with open(os.path.join(root, control_group.lstrip("/"), "cgroup.procs")) as handle:
                     return {int(pid) for pid in handle.read().split()}
@@ -215,7 +220,7 @@ class SystemdLauncher:
     def observe(self, name, recorded):
         processes, _group = self.owner.of_server(name, recorded)
         props = self.properties(name)
-        for pid in self._cgroup_pids(props.get("ControlGroup") or ""):
+        for pid in self._cgroup_pids(name, props.get("ControlGroup")):
             info = procfs.read_process(pid, self.proc_root)
             if info is not None and info.state not in ("Z", "X") and pid not in self.owner.protected:
                 processes[pid] = info  # in the unit's cgroup: the server's, whatever its environment says

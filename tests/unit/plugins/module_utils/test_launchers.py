@@ -5,6 +5,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs impor
     SYSTEMD_OPTIONS,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    SystemdLauncher,
     defaults,
     render_unit,
     unit_name,
@@ -62,3 +63,20 @@ def test_paths_a_unit_cannot_hold_are_named(path):
 
 def test_plain_paths_are_fine():
     assert unit_problems("s", {"launch_script": "/opt/a.sh", "log_path": "/var/log/a.log"}, "/var/lib/g") == []
+
+
+def test_only_the_units_own_cgroup_counts_never_a_parent(tmp_path):
+    # A cgroup v1 hybrid as in an LXC container: processes entered with lxc-attach (this module's worker too) sit
+    # in the root of the name=systemd hierarchy; an inactive unit's ControlGroup is empty.
+    root = tmp_path / "systemd"
+    unit = root / "system.slice" / "gpuops-sglang-gpu0.service"
+    unit.mkdir(parents=True)
+    (root / "cgroup.procs").write_text("1\n149\n")
+    (root / "system.slice" / "cgroup.procs").write_text("77\n")
+    (unit / "cgroup.procs").write_text("60\n89\n")
+    launcher = SystemdLauncher(None, OPTIONS, "/var/lib/g", 30, cgroup_roots=(str(tmp_path / "absent"), str(root)))
+    assert launcher._cgroup_pids("gpu0", "/system.slice/gpuops-sglang-gpu0.service") == {60, 89}
+    assert launcher._cgroup_pids("gpu0", "") == set()
+    assert launcher._cgroup_pids("gpu0", None) == set()
+    assert launcher._cgroup_pids("gpu0", "/system.slice") == set()
+    assert launcher._cgroup_pids("gpu1", "/system.slice/gpuops-sglang-gpu0.service") == set()
