@@ -18,6 +18,10 @@ import rig  # tests/rig is not a package
 
 BIN = Path(sys.executable).parent
 SCENARIOS = sorted(path.parent.name for path in (REPO / "molecule").glob("*/molecule.yml"))
+# Scenarios that also run with sglang_launcher: systemd (molecule/shared group_vars read MOLECULE_SGLANG_LAUNCHER).
+# faults stays detached: its orphaned scheduler cannot exist under systemd, which molecule/systemd proves.
+SYSTEMD_TOO = ("default", "change")
+RUNS = [(scenario, "detached") for scenario in SCENARIOS] + [(scenario, "systemd") for scenario in SYSTEMD_TOO]
 # Hang guard, not a speed check: a pct exec blocked by a background child never returns.
 SCENARIO_TIMEOUT = 1200
 
@@ -31,10 +35,11 @@ def skip_reason():
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario(scenario):
+@pytest.mark.parametrize("scenario, launcher", RUNS, ids=[f"{scenario}-{launcher}" for scenario, launcher in RUNS])
+def test_scenario(scenario, launcher):
     # molecule runs ansible-config and ansible-playbook from PATH.
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0",
+               MOLECULE_SGLANG_LAUNCHER=launcher)
     env.pop("MOLECULE_KEEP_RIG", None)
     try:
         result = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
