@@ -3,8 +3,8 @@
 """Documentation shared by the gpuops.sglang modules that look at a GPU host.
 
 C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http) and
-C(gpuops.sglang.common.systemd) document the argument specs STATE_DIR, GPU, HTTP and SYSTEMD of module_utils/argument_specs.py (a unit test keeps each fragment and its
-spec equal). C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
+C(gpuops.sglang.common.systemd) document the argument specs STATE_DIR, GPU, HTTP and SYSTEMD of
+module_utils/argument_specs.py (a unit test keeps each fragment and its spec equal). C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
 C(ansible.builtin.action_common_attributes) does not.
 """
 
@@ -91,7 +91,9 @@ options:
         type: str
         default: systemctl
       enabled:
-        description: Enable the units, so the servers start again when the host (container) boots. O(state=stopped) disables them.
+        description:
+          - Enable the units, so the servers start again when the host (container) boots.
+          - M(gpuops.sglang.server) with O(gpuops.sglang.server#module:state=stopped) disables them.
         type: bool
         default: false
       restart:

@@ -102,6 +102,7 @@ Holder = collections.namedtuple(
 # requested: it goes with the servers it blocks) or "refuse" (``problem`` says why nothing may be touched).
 Judgement = collections.namedtuple("Judgement", ["kind", "problem"])
 
+
 def judge_holder(holder, what, planned, ignored_patterns, force_gpu_holders, state_dir):
     """Whether ``holder`` of ``what`` (``"GPU 3"``, ``"port 30000 of server 'gpu0'"``) blocks the run.
 

@@ -129,8 +129,8 @@ def playbook(host, name, *extra, env=None):
 
 
 def adhoc(host, module, args, *extra, env=None):
-    return run(host, [str(BIN / "ansible"), *host["inventories"], host["name"], "-m", module, "-a", json.dumps(args),
-                    *extra], env)
+    argv = [str(BIN / "ansible"), *host["inventories"], host["name"], "-m", module, "-a", json.dumps(args), *extra]
+    return run(host, argv, env)
 
 
 def pipelined_runs(commands):
