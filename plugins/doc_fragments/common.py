@@ -4,7 +4,8 @@
 
 C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http) and
 C(gpuops.sglang.common.systemd) document the argument specs STATE_DIR, GPU, HTTP and SYSTEMD of
-module_utils/argument_specs.py (a unit test keeps each fragment and its spec equal). C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
+module_utils/argument_specs.py (a unit test keeps each fragment and its spec equal).
+C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
 C(ansible.builtin.action_common_attributes) does not.
 """
 
