@@ -189,8 +189,10 @@ def _state(sim_host, name):
 
 
 def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait_until):
+    # 5001 must still hold the host when the others (each an ansible-runner start, seconds on a loaded machine)
+    # ask for it: its servers start slowly, since a relaunch is only three module calls.
     slow = {"sglang_gpu_count": 2, "relaunch_state": "restarted",
-            "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="0.3")}
+            "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="4")}
     first = AwxJob(sim_host, tmp_path, 5001, "playbooks/relaunch.yml", slow).start()
     wait_until((sim_host.dir / "state" / "run.json").exists, timeout=60, what="job 5001 to hold the host")
     # Started while 5001 holds the host: one gives up after a second, one waits for the host.
