@@ -55,8 +55,12 @@ pytest: venv rig-setup
 molecule: venv rig-setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/integration/test_molecule.py
 
-bench: sim-host
-	$(BIN)/python bench/relaunch_bench.py --target local
+# Not part of `make test` (tests/integration/test_bench_smoke.py runs one tiny scenario of it): ours and the
+# baselines of bench/baselines/ on the same simulated fleets, locally and - as root with LXC - through pct on the
+# rig with the scaling series; writes bench/results/latest.{md,json,png}, appends to bench/results.md.
+# BENCH_ARGS adds options of `python -m bench --help` (e.g. --reps, --only to fit a time budget).
+bench: venv rig-setup
+	$(BIN)/python -m bench --scaling 1,2,4,8 --history bench/results.md $(BENCH_ARGS)
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/

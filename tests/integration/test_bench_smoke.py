@@ -1,0 +1,60 @@
+"""The benchmark's smoke run: one tiny scenario (2 servers, healthy, 1 repetition, every contender) against the
+local simulated host, into a temp dir. It checks only that `python -m bench` produces its outputs and that they
+are well-formed; what the numbers are is the benchmark's business (`make bench`), not a test's."""
+
+import json
+import socket
+import subprocess
+import sys
+
+from .conftest import REPO_ROOT
+
+CONTENDERS = {"ours", "seed_sleep", "uri_until", "by_hand_loop"}
+
+
+def free_ports(count):
+    """The first of ``count`` consecutive ports nothing listens on."""
+    for _attempt in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count < 65536 and all(_free(port) for port in range(first, first + count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+def _free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_one_tiny_scenario_writes_table_json_and_plot(tmp_path):
+    out = tmp_path / "results"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench", "--target", "local", "--scenario", "healthy", "--servers", "2", "--reps", "1",
+         "--time-scale", "0.2", "--out", str(out), "--workdir", str(tmp_path / "work"),
+         "--base-port", str(free_ports(2))],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+
+    result = json.loads((out / "latest.json").read_text())
+    assert {run["contender"] for run in result["runs"]} == CONTENDERS
+    for run in result["runs"]:
+        assert (run["target"], run["scenario"], run["hosts"], run["servers_per_host"]) == ("local", "healthy", 1, 2)
+        assert isinstance(run["rc"], int) and run["wall_s"] > 0 and run["cpu_s"] > 0
+        assert [server["name"] for server in run["servers"]] == ["gpu0", "gpu1"]
+        assert "PLAY RECAP" in (out / "raw" / "local" / run["output"]).read_text()
+    assert {row["contender"] for row in result["summary"]} == CONTENDERS
+    assert [c["layout"] for c in result["calibrations"]["local"]] == ["per_gpu"]
+
+    table = (out / "latest.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| healthy |")]
+    assert len(rows) == len(CONTENDERS), table
+    header = next(line for line in table.splitlines() if line.startswith("| scenario |"))
+    assert all(row.count("|") == header.count("|") for row in rows), table
+
+    assert (out / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
