@@ -10,6 +10,7 @@ appends a dated section to that file. Measures, asserts nothing (bench/runner.py
 
 import argparse
 import datetime
+import json
 import os
 import shlex
 import shutil
@@ -47,6 +48,8 @@ def parse_args(argv):
     parser.add_argument("--base-port", type=int, default=30000, help="local: port of the first server")
     parser.add_argument("--rig-workdir", default="/var/tmp/gpuops-bench-rig")
     parser.add_argument("--rig-port", type=int, default=2299)
+    parser.add_argument("--merge", help="a latest.json of an earlier run: its runs of the targets this run does not "
+                                        "run are kept in this report (e.g. pct run after local)")
     parser.add_argument("--history", help="append a dated section to this file (make bench: bench/results.md)")
     parser.add_argument("--no-plot", action="store_true")
     return parser.parse_args(argv)
@@ -104,6 +107,19 @@ def run_scaling(bench, target, args, contenders, counts, result):
             return
 
 
+def merge_earlier(result, earlier, targets):
+    """Keep the earlier run's figures of the targets this run did not run; the report says where each came from."""
+    kept = [name for name in earlier["meta"]["targets"] if name not in targets]
+    result["runs"] += [run for run in earlier["runs"] if run["target"] in kept]
+    for key in ("calibrations", "skipped"):
+        result[key].update((name, value) for name, value in earlier[key].items() if name in kept)
+    if "pct" in kept:
+        result["scaling"], result["pct_exec_cost"] = earlier["scaling"], earlier["pct_exec_cost"]
+    result["meta"]["targets"] = kept + targets
+    result["meta"]["merged"] = {name: {key: earlier["meta"][key] for key in ("date", "commit", "command", "machine")}
+                                for name in kept}
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     targets = args.target or default_targets()
@@ -113,7 +129,8 @@ def main(argv=None):
     only = parse_only(args.only)
     out = Path(args.out)
     raw = out / "raw"
-    shutil.rmtree(raw, ignore_errors=True)
+    for name in targets:
+        shutil.rmtree(raw / name, ignore_errors=True)
     result = {"meta": {"date": datetime.date.today().isoformat(), "machine": machine(), "commit": commit(),
                        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
                        "targets": targets, "scenarios": [s.key for s in scenario_list],
@@ -147,6 +164,8 @@ def main(argv=None):
             result["runs"] += bench.records
             result["calibrations"][name] = list(bench.calibrations.values())
             target.close()
+    if args.merge:
+        merge_earlier(result, json.loads(Path(args.merge).read_text()), targets)
     result["summary"] = report.summarize(result["runs"])
     report.write(result, out, plot=not args.no_plot)
     if args.history:

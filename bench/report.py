@@ -133,6 +133,9 @@ def header(meta):
     setting = (f"Machine: {meta['machine']}. Commit {meta['commit']}. {meta['reps']} repetitions per scenario, "
                "contenders alternating (order rotated each repetition). Simulated startup: "
                f"SGLANG_SIM_TIME_SCALE={meta['time_scale']}. Command: `{meta['command']}`.")
+    for name, earlier in (meta.get("merged") or {}).items():
+        setting += (f" The {name} figures come from an earlier run ({earlier['date']}, commit {earlier['commit']}, "
+                    f"machine {earlier['machine']}): `{earlier['command']}`.")
     lines = [f"# Benchmark {meta['date']}: gpuops.sglang vs. what users do today", "", setting, "", "Contenders:", ""]
     lines += [f"- **{SHORT[key]}**: {LABELS[key]} (`{playbooks[key]}`)" for key in meta["contenders"]]
     lines += ["", "Scenarios:", ""]
