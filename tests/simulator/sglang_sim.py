@@ -6,10 +6,32 @@ of v0.5.9 ("classic") or v0.5.23 ("new"), the process tree (schedulers titled ``
 dying with their parent), GPU memory held through tests/simulator/fakegpu.py, the HTTP endpoints
 and their phases (connection refused -> 503 -> 200), SIGTERM handling and the common failures.
 
+Once ready it serves ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` (streaming too) through
+one scheduler per DP rank that behaves like SGLang's under load (``Serving`` below):
+  * a FIFO waiting queue; a request is admitted while fewer than ``max_running_requests`` run and its
+    prompt + max_new_tokens fit in what the KV pool (``max_total_num_tokens``) has not reserved for others;
+  * prefill is serial per rank at SGLANG_SIM_PREFILL_TOKENS_PER_S and yields the first token; every running
+    request then decodes one token per 1/SGLANG_SIM_DECODE_TOKENS_PER_S seconds, on its own clock;
+  * there is no EOS: every request generates exactly its max_new_tokens (``ignore_eos`` changes nothing);
+    prompts count len(input_ids) tokens, or len(text) // 4 (at least 1);
+  * ``/metrics`` gauges are published when SGLang publishes them: at each prefill batch (the state before the
+    batch joins), every ``--decode-log-interval`` decode steps (with the ``Decode batch`` line; at most once a
+    tick) and, after SGLANG_SIM_IDLE_REFRESH_S without a batch, as the idle refresh (which leaves mamba_usage
+    stale); counters and histograms count requests as they finish;
+  * a stream whose client went away is aborted (its slot freed); SIGTERM drains what is in flight.
+So a saturated rank outputs max_running_requests x SGLANG_SIM_DECODE_TOKENS_PER_S tokens/s and a request's
+time to first token is its queue wait + the prefills ahead of it + prompt_tokens / SGLANG_SIM_PREFILL_TOKENS_PER_S.
+
 Environment:
   GPUOPS_FAKE_GPU_DIR     fake GPU state dir (fakegpu.py init); without it no memory is accounted
   SGLANG_SIM_LOG_FORMAT   classic (default) | new
-  SGLANG_SIM_TIME_SCALE   multiplies every phase duration (default 1: ready in about 3-5 s; 0: at once)
+  SGLANG_SIM_TIME_SCALE   multiplies every startup phase duration (default 1: ready in about 3-5 s; 0: at once);
+                          the serving rates below are not scaled
+  SGLANG_SIM_DECODE_TOKENS_PER_S   tokens per second each running request generates (default 40)
+  SGLANG_SIM_PREFILL_TOKENS_PER_S  prompt tokens per second a rank prefills (default 20000)
+  SGLANG_SIM_TICK_S       shortest gap between two chunks of a stream, and the scheduler's tick (decode log
+                          lines, idle refresh) (default 0.1: 64 streams took 7 % of a core here, 12 % at 0.05)
+  SGLANG_SIM_IDLE_REFRESH_S  seconds without a batch before the idle gauge refresh (default 30, as SGLang)
   SGLANG_SIM_FAULT        comma list of: draft_crash, oom_load, nccl_error, hang_after_weights,
                           hang_cuda_graph, crash_after_ready, orphan_scheduler, ignore_sigterm, slow_release
   SGLANG_SIM_FAULT_DELAY  seconds after ready before crash_after_ready fires (default 2)
@@ -19,8 +41,12 @@ Model directories: ``sglang_sim.py --make-model DIR [--arch A] [--hybrid-mamba] 
 """
 
 import argparse
+import bisect
+import collections
 import ctypes
+import heapq
 import http.server
+import itertools
 import json
 import os
 import select
@@ -55,6 +81,13 @@ def getenv_float(name, default):
     return float(value) if value not in (None, "") else default
 
 
+def getenv_positive(name, default):
+    value = getenv_float(name, default)
+    if value <= 0:
+        sys.exit(f"{name} must be a number above 0, not {os.environ[name]!r}; unset it for {default:g}")
+    return value
+
+
 class Sim:
     """Run-wide settings taken from the environment."""
 
@@ -72,6 +105,10 @@ class Sim:
         self.release_delay = getenv_float("SGLANG_SIM_RELEASE_DELAY", 3.0) if "slow_release" in self.faults else None
         self.gpu_dir = os.environ.get("GPUOPS_FAKE_GPU_DIR") or None
         self.new = self.log_format == "new"
+        self.decode_rate = getenv_positive("SGLANG_SIM_DECODE_TOKENS_PER_S", 40.0)
+        self.prefill_rate = getenv_positive("SGLANG_SIM_PREFILL_TOKENS_PER_S", 20000.0)
+        self.tick = getenv_positive("SGLANG_SIM_TICK_S", 0.1)
+        self.idle_refresh = getenv_positive("SGLANG_SIM_IDLE_REFRESH_S", 30.0)
 
     def sleep(self, seconds):
         if self.time_scale > 0:
@@ -245,6 +282,8 @@ def build_parser():
     add("--max-prefill-tokens", type=int, default=16384)
     add("--context-length", type=int)
     add("--enable-metrics", action="store_true")
+    add("--decode-log-interval", type=int, default=40)
+    add("--stream-interval", type=int, default=1)
     add("--api-key")
     add("--served-model-name")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
@@ -260,6 +299,8 @@ def build_parser():
         add("--mamba-scheduler-strategy", default="auto", choices=strategies)
     add("--max-mamba-cache-size", type=int)
     add("--mamba-full-memory-ratio", type=float, default=0.9)
+    add("--disable-radix-cache", action="store_true")
+    add("--disable-overlap-schedule", action="store_true")
     add("--disable-cuda-graph", action="store_true")
     add("--cuda-graph-max-bs", type=int)
     add("--trust-remote-code", action="store_true")
@@ -314,6 +355,16 @@ class ServerConfig:
         if getattr(args, strategy_flag) == "auto":
             setattr(args, strategy_flag, "no_buffer")
         self.mamba_strategy = getattr(args, strategy_flag)
+        # Mamba cache slots per running request (model_runner_kv_cache_mixin._calculate_mamba_ratio, 0.5.10):
+        # 3 with the radix cache (no_buffer turns the overlap schedule off), 5 with extra_buffer's ping-pong
+        # track buffer (4 without the overlap schedule), 1 without a radix cache. extra_buffer_lazy (v0.5.23)
+        # is taken as extra_buffer.
+        if args.disable_radix_cache:
+            self.mamba_slots_per_request = 1
+        elif self.mamba_strategy.startswith("extra_buffer"):
+            self.mamba_slots_per_request = 4 if args.disable_overlap_schedule else 5
+        else:
+            self.mamba_slots_per_request = 3
         args.tokenizer_path = args.tokenizer_path or args.model_path
         args.served_model_name = args.served_model_name or args.model_path
 
@@ -394,6 +445,12 @@ SCHEDULER_FRAMES = [
 ]
 
 
+def scheduler_prefix(args, dp_rank, tp_rank):
+    """The scheduler's log prefix (DP, then TP), also the tail of its process title."""
+    return (f" DP{dp_rank}" if args.dp_size > 1 else "") + \
+        (f" TP{tp_rank}" if args.tp_size > 1 or args.dp_size > 1 else "")
+
+
 class SchedulerFailure(Exception):
     """Carries the traceback text the scheduler logs as 'Scheduler hit an exception'."""
 
@@ -403,8 +460,7 @@ class Scheduler:
         self.config, self.args = config, config.args
         self.dp_rank, self.tp_rank = dp_rank, tp_rank
         self.ready_fd, self.control_fd, self.main_pid = ready_fd, control_fd, main_pid
-        tp, dp = self.args.tp_size, self.args.dp_size
-        prefix = (f" DP{dp_rank}" if dp > 1 else "") + (f" TP{tp_rank}" if tp > 1 or dp > 1 else "")
+        prefix = scheduler_prefix(self.args, dp_rank, tp_rank)
         self.title = "sglang::scheduler" + prefix.replace(" ", "_")
         self.log = Logger(prefix)
         self.log.quiet = self.args.log_level in ("warning", "error", "critical")
@@ -595,16 +651,16 @@ class Scheduler:
             mamba_layers = layers - attn_layers
             ssm_bytes = mamba_layers * (v_heads // tp) * k_dim * v_dim * 4  # float32 SSM state
             conv_bytes = mamba_layers * conv_dim * (int(model.get("linear_conv_kernel_dim", 4)) - 1) * 2
+            # handle_max_mamba_cache: an explicit size, else one slot per request without a radix cache,
+            # else mamba_full_memory_ratio : 1 between mamba states and the KV pool
             mamba_slots = args.max_mamba_cache_size
+            if mamba_slots is None and args.disable_radix_cache and args.max_running_requests:
+                mamba_slots = args.max_running_requests
             if mamba_slots is None:
                 ratio = args.mamba_full_memory_ratio
                 mamba_slots = int(rest_gb * ratio / (1 + ratio) * GIB // (ssm_bytes + conv_bytes))
             mamba_gb = mamba_slots * (ssm_bytes + conv_bytes) / GIB
             rest_gb -= mamba_gb
-            # extra_buffer keeps a ping-pong copy of each running request's state: half the slots run
-            per_request = 2 if self.config.mamba_strategy.startswith("extra_buffer") else 1
-            effective = mamba_slots // per_request
-            max_running = min(max_running, effective) if max_running else effective
             self.log.info(f"Mamba Cache is allocated. max_mamba_cache_size: {mamba_slots}, "
                           f"conv_state size: {mamba_slots * conv_bytes / GIB:.2f}GB, "
                           f"ssm_state size: {mamba_slots * ssm_bytes / GIB:.2f}GB ")
@@ -619,6 +675,8 @@ class Scheduler:
         context_len = args.context_length or int(model.get("max_position_embeddings", 32768))
         if not max_running:
             max_running = min(max(int(tokens / context_len * 512), 2048), 4096)
+        if hybrid:
+            max_running = min(max_running, mamba_slots // self.config.mamba_slots_per_request)
         half_gb = tokens * cell_bytes / 2 / GIB
         SIM.sleep(0.2)
         kv_dtype = "float8_e4m3fn" if dtype_bytes == 1 else "bfloat16"
@@ -731,6 +789,576 @@ def run_detokenizer():
     sleep_forever()
 
 
+# --- serving: requests, scheduling, metrics ------------------------------------------------------
+
+# The warmup's answer (" Paris. It is the capital of France"), repeated for longer generations.
+OUTPUT_VOCAB = [(12095, " Paris"), (13, "."), (1084, " It"), (374, " is"), (279, " the"), (6722, " capital"),
+                (315, " of"), (9625, " France")]
+OUTPUT_CYCLE = "".join(text for _id, text in OUTPUT_VOCAB)
+DEFAULT_MAX_NEW_TOKENS = 128  # SamplingParams default; also used where SGLang would run until EOS
+# TokenizerMetricsCollector's default buckets (s)
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+E2E_BUCKETS = TTFT_BUCKETS + (600, 1200, 1800, 2400)
+
+
+def estimate_tokens(text):
+    return max(1, len(text) // 4)
+
+
+def output_ids(count):
+    return [OUTPUT_VOCAB[i % len(OUTPUT_VOCAB)][0] for i in range(count)]
+
+
+def output_text(count):
+    cycles, rest = divmod(count, len(OUTPUT_VOCAB))
+    return OUTPUT_CYCLE * cycles + "".join(text for _id, text in OUTPUT_VOCAB[:rest])
+
+
+class RequestError(Exception):
+    """A request refused with 400, in SGLang's words where it has them."""
+
+
+class Request:
+    """One sequence. Once admitted its whole timeline is fixed (time.monotonic() seconds): the first token
+    comes when its prefill ends, then one every 1 / SGLANG_SIM_DECODE_TOKENS_PER_S seconds."""
+
+    def __init__(self, prompt_tokens, max_new_tokens):
+        self.rid = uuid.uuid4().hex
+        self.prompt_tokens, self.max_new_tokens = prompt_tokens, max_new_tokens
+        self.arrival = time.monotonic()
+        self.admitted = threading.Event()
+        self.first_token_at = self.finished_at = None
+        self.released = False
+
+    @property
+    def kv_reservation(self):
+        return self.prompt_tokens + self.max_new_tokens
+
+    def schedule(self, prefill_start):
+        self.first_token_at = prefill_start + self.prompt_tokens / SIM.prefill_rate
+        self.finished_at = self.token_time(self.max_new_tokens)
+
+    def token_time(self, count):
+        """When the count-th output token exists (the 0th: when the prefill ends)."""
+        return self.first_token_at + max(count - 1, 0) / SIM.decode_rate
+
+    def generated(self, now):
+        end = None if self.first_token_at is None else min(now, self.finished_at)  # an abort moves finished_at
+        if end is None or end < self.first_token_at:
+            return 0
+        return min(self.max_new_tokens, 1 + int((end - self.first_token_at) * SIM.decode_rate + 1e-9))
+
+    def decoded(self, now):
+        """Tokens from decode steps (the first one comes from the prefill): what gen_throughput counts."""
+        return max(self.generated(now) - 1, 0)
+
+
+class TokenizerStats:
+    """The tokenizer's counters and histograms, observed when a request finishes."""
+
+    def __init__(self):
+        self.prompt_tokens = self.generation_tokens = self.requests = 0
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+
+    def finished(self, request):
+        self.prompt_tokens += request.prompt_tokens
+        self.generation_tokens += request.max_new_tokens
+        self.requests += 1
+        self.ttft.observe(request.first_token_at - request.arrival)
+        self.e2e.observe(request.finished_at - request.arrival)
+
+
+class Histogram:
+    def __init__(self, buckets):
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value):
+        self.sum += value
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1  # the first bucket with value <= bound
+
+
+class RankScheduler:
+    """One DP rank's scheduler; every method runs under Serving.lock."""
+
+    def __init__(self, config, ready, dp_rank, stats):
+        args = config.args
+        self.stats = stats
+        self.max_running = ready["max_running_requests"]
+        self.pool_tokens = ready["max_total_num_tokens"]
+        self.mamba_slots = ready.get("max_mamba_cache_size")
+        self.mamba_per_request = config.mamba_slots_per_request
+        self.cuda_graph_max_bs = 0 if args.disable_cuda_graph else args.cuda_graph_max_bs
+        self.decode_log_s = args.decode_log_interval / SIM.decode_rate  # decode steps at the decode rate
+        self.log = Logger(scheduler_prefix(args, dp_rank, 0))
+        self.log.quiet = args.log_level in ("warning", "error", "critical")
+        self.waiting = collections.deque()
+        self.running = {}
+        self.finishing = []  # heap of (finished_at, rid, request)
+        self.reserved_tokens = 0
+        self.prefill_free_at = 0.0
+        self.released_decoded = 0  # decode tokens of requests no longer running
+        now = time.monotonic()
+        self.busy_until = self.last_decode_log = self.last_publish = now
+        self.decode_busy_s = 0.0  # time with requests running since the last decode log: decode steps / rate
+        self.decoded_at_last_log = 0
+        self.gauges = {"num_running_reqs": 0, "num_used_tokens": 0, "token_usage": 0.0, "full_token_usage": 0.0,
+                       "mamba_usage": 0.0, "gen_throughput": 0.0, "num_queue_reqs": 0}
+
+    # state ------------------------------------------------------------------------------------
+    def usage(self, now, running):
+        """(KV tokens held, KV usage, mamba usage) of the given running requests."""
+        used = sum(request.prompt_tokens + request.generated(now) for request in running)
+        mamba = len(running) * self.mamba_per_request / self.mamba_slots if self.mamba_slots else 0.0
+        return used, used / self.pool_tokens, mamba
+
+    def publish(self, now, running, used, kv_usage, mamba_usage=None, **extra):
+        """Set the gauges as SGLang's log_stats does; mamba_usage None leaves it as it was."""
+        # A hybrid model's token_usage is the fuller of its two pools from v0.5.10 on; v0.5.9 (the classic format)
+        # publishes the KV pool alone there (scheduler_metrics_mixin.py; see docs/capacity.md).
+        token_usage = max(kv_usage, mamba_usage or 0.0) if SIM.new else kv_usage
+        self.gauges.update(num_running_reqs=running, num_used_tokens=used, full_token_usage=kv_usage,
+                           token_usage=token_usage, num_queue_reqs=len(self.waiting), **extra)
+        if self.mamba_slots and mamba_usage is not None:
+            self.gauges["mamba_usage"] = mamba_usage
+        self.last_publish = now
+
+    def account(self, at):
+        """Count the time up to ``at`` (never earlier than the last call) as decoding if requests run."""
+        if self.running:
+            self.decode_busy_s += max(at - self.busy_until, 0.0)
+        self.busy_until = max(at, self.busy_until)
+
+    # scheduling -------------------------------------------------------------------------------
+    def submit(self, request, now):
+        self.advance(now)
+        self.waiting.append(request)
+        self.admit(now)
+
+    def abort(self, request, now):
+        if request in self.waiting:
+            self.waiting.remove(request)
+        elif request.rid in self.running:
+            request.finished_at = min(request.finished_at, now)
+            self.release(request)
+            self.admit(now)
+
+    def advance(self, now):
+        """Retire every request finished by now, admitting waiting ones at the moment each slot frees."""
+        while self.finishing and self.finishing[0][0] <= now:
+            finished_at, _rid, request = heapq.heappop(self.finishing)
+            if not request.released:
+                self.release(request)
+                self.stats.finished(request)
+                self.admit(finished_at)
+
+    def release(self, request):
+        self.account(request.finished_at)
+        request.released = True
+        del self.running[request.rid]
+        self.reserved_tokens -= request.kv_reservation
+        self.released_decoded += request.decoded(request.finished_at)
+
+    def admit(self, at):
+        """One prefill batch of the waiting requests that fit, first come first served."""
+        self.account(at)
+        before = list(self.running.values())
+        batch = []
+        while self.waiting and len(self.running) < self.max_running \
+                and self.reserved_tokens + self.waiting[0].kv_reservation <= self.pool_tokens:
+            request = self.waiting.popleft()
+            request.schedule(max(at, request.arrival, self.prefill_free_at))
+            self.prefill_free_at = request.first_token_at
+            self.running[request.rid] = request
+            self.reserved_tokens += request.kv_reservation
+            heapq.heappush(self.finishing, (request.finished_at, request.rid, request))
+            batch.append(request)
+        if not batch:
+            return
+        # log_prefill_stats sees the pools before the batch is allocated
+        used, kv_usage, mamba_usage = self.usage(at, before)
+        self.log.info(f"Prefill batch. #new-seq: {len(batch)}, #new-token: {sum(r.prompt_tokens for r in batch)}, "
+                      f"#cached-token: 0, token usage: {kv_usage:.2f}, #running-req: {len(before)}, "
+                      f"#queue-req: {len(self.waiting)}, ")
+        self.publish(time.monotonic(), len(before), used, kv_usage, mamba_usage)
+        for request in batch:
+            request.admitted.set()
+
+    def tick(self, now):
+        self.advance(now)
+        self.account(now)
+        if self.running:
+            if self.decode_busy_s >= self.decode_log_s:  # at most once a tick
+                self.decode_busy_s %= self.decode_log_s
+                self.log_decode(now)
+        elif not self.waiting and now - self.last_publish >= SIM.idle_refresh:
+            # the idle refresh looks at the KV pool only: mamba_usage keeps its last busy value
+            self.publish(now, 0, 0, 0.0, gen_throughput=0.0)
+
+    def log_decode(self, now):
+        running = list(self.running.values())
+        used, kv_usage, mamba_usage = self.usage(now, running)
+        decoded = self.released_decoded + sum(request.decoded(now) for request in running)
+        throughput = (decoded - self.decoded_at_last_log) / max(now - self.last_decode_log, 1e-9)
+        self.decoded_at_last_log, self.last_decode_log = decoded, now
+        graph = len(running) <= self.cuda_graph_max_bs
+        if SIM.new:
+            usage = f"#token: {used}, token usage: {kv_usage:.2f}, "
+            if self.mamba_slots:
+                usage = (f"#full token: {used}, full token usage: {kv_usage:.2f}, "
+                         f"mamba num: {len(running) * self.mamba_per_request}, mamba usage: {mamba_usage:.2f}, ")
+        else:
+            usage = f"#token: {used}, token usage: {kv_usage:.2f}, " + \
+                (f"mamba usage: {mamba_usage:.2f}, " if self.mamba_slots else "")
+        self.log.info(f"Decode batch, #running-req: {len(running)}, {usage}cuda graph: {graph}, "
+                      f"gen throughput (token/s): {throughput:.2f}, #queue-req: {len(self.waiting)}, ")
+        self.publish(now, len(running), used, kv_usage, mamba_usage, gen_throughput=throughput)
+
+
+class Streamer:
+    """Writes the chunks of every stream of the server from one thread, each when it is due (every
+    --stream-interval tokens, at most once per tick, the last when the request is finished), as SGLang's
+    detokenizer pushes outputs; waking each handler's thread per chunk cost half as much CPU again."""
+
+    def __init__(self, stream_interval):
+        self.stream_interval = stream_interval
+        self.condition = threading.Condition()
+        self.due = []  # heap of (due time, sequence, state)
+        self.sequence = itertools.count()
+        threading.Thread(target=self.write_forever, daemon=True).start()
+
+    def stream(self, request, render, write):
+        """Block until an admitted request is streamed: render(sent, count, finished) gives the events of a
+        chunk, write(events, finished) sends them. False when a write failed."""
+        state = {"request": request, "render": render, "write": write, "sent": 0, "last": 0.0,
+                 "done": threading.Event(), "ok": True}
+        self.schedule(state)
+        state["done"].wait()
+        return state["ok"]
+
+    def schedule(self, state):
+        request = state["request"]
+        due = request.token_time(min(state["sent"] + self.stream_interval, request.max_new_tokens))
+        with self.condition:
+            heapq.heappush(self.due, (max(due, state["last"] + SIM.tick), next(self.sequence), state))
+            self.condition.notify()
+
+    def write_forever(self):
+        while True:
+            with self.condition:
+                while not self.due or self.due[0][0] > time.monotonic():
+                    self.condition.wait(self.due[0][0] - time.monotonic() if self.due else None)
+                state = heapq.heappop(self.due)[2]
+            self.write(state)
+
+    def write(self, state):
+        request, now = state["request"], time.monotonic()
+        count = request.generated(now)
+        finished = now >= request.first_token_at and count >= request.max_new_tokens
+        state["last"] = now
+        try:
+            if count > state["sent"] or finished:
+                state["write"](state["render"](state["sent"], count, finished), finished)
+                state["sent"] = count
+        except OSError:  # the client went away
+            state["ok"], finished = False, True
+        if finished:
+            state["done"].set()
+        else:
+            self.schedule(state)
+
+
+class Serving:
+    """The tokenizer side: checks a request like SGLang, hands it to a DP rank (round robin), and lets the
+    HTTP handler follow it; one thread ticks every rank's scheduler."""
+
+    def __init__(self, config, ready_infos):
+        self.args = config.args
+        self.lock = threading.Lock()
+        self.stats = TokenizerStats()
+        self.ranks = [RankScheduler(config, ready, dp_rank, self.stats)
+                      for dp_rank, ready in enumerate(ready_infos[::self.args.tp_size])]
+        self.context_len = ready_infos[0]["context_len"]
+        self.max_req_len = ready_infos[0]["max_req_input_len"]
+        self.pending = {}  # rid -> rank, until the handler has answered (SGLang's rid_to_state)
+        self.next_rank = 0
+        self.streamer = Streamer(self.args.stream_interval)
+        self.wakeup = threading.Event()
+        self.wake_at = 0.0
+        threading.Thread(target=self.tick_forever, daemon=True).start()
+
+    def tick_forever(self):
+        """Tick every rank, and wake up when a request finishes too: the next waiting one is told at once."""
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                for rank in self.ranks:
+                    rank.tick(now)
+                finishes = [rank.finishing[0][0] for rank in self.ranks if rank.finishing]
+                self.wake_at = min([now + SIM.tick] + finishes)
+                self.wakeup.clear()
+            self.wakeup.wait(max(self.wake_at - time.monotonic(), 0))
+
+    def submit(self, prompt_tokens, max_new_tokens):
+        """One Request per prompt; every prompt is checked before any is queued."""
+        for prompt in prompt_tokens:
+            self.check(prompt, max_new_tokens)
+        requests = []
+        with self.lock:
+            for prompt in prompt_tokens:
+                # the scheduler trims max_new_tokens to what the context and the KV pool can hold
+                request = Request(prompt, min(max_new_tokens, self.max_req_len - prompt - 1))
+                rank = self.ranks[self.next_rank]
+                self.next_rank = (self.next_rank + 1) % len(self.ranks)
+                self.pending[request.rid] = rank
+                rank.submit(request, request.arrival)
+                if request.finished_at is not None and request.finished_at < self.wake_at:
+                    self.wakeup.set()
+                requests.append(request)
+        return requests
+
+    def check(self, prompt, max_new_tokens):
+        if prompt >= self.context_len:
+            raise RequestError(f"The input ({prompt} tokens) is longer than the model's context length "
+                               f"({self.context_len} tokens).")
+        if prompt + max_new_tokens >= self.context_len:
+            raise RequestError(f"Requested token count exceeds the model's maximum context length of "
+                               f"{self.context_len} tokens. You requested a total of {prompt + max_new_tokens} "
+                               f"tokens: {prompt} tokens from the input messages and {max_new_tokens} tokens for "
+                               "the completion. Please reduce the number of tokens in the input messages or the "
+                               "completion to fit within the limit.")
+        if prompt >= self.max_req_len:
+            raise RequestError(f"Input length ({prompt}) exceeds the maximum allowed length ({self.max_req_len}). "
+                               "Use a shorter input or enable --allow-auto-truncate.")
+
+    def stream(self, request, render, write):
+        """Stream a request (see Streamer.stream); False when the client went away, and it was aborted."""
+        request.admitted.wait()
+        if self.streamer.stream(request, render, write):
+            return True
+        with self.lock:
+            self.pending[request.rid].abort(request, time.monotonic())
+        return False
+
+    def wait(self, request):
+        request.admitted.wait()
+        delay = request.finished_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def answered(self, request):
+        with self.lock:
+            self.pending.pop(request.rid, None)
+
+    def in_flight(self):
+        with self.lock:
+            return list(self.pending)
+
+    def last_gen_throughput(self, dp_rank):
+        with self.lock:
+            return self.ranks[dp_rank].gauges["gen_throughput"]
+
+    def metrics(self, labels):
+        """The Prometheus text: per-rank scheduler gauges, then the tokenizer's counters and histograms."""
+        hybrid = self.ranks[0].mamba_slots is not None
+        gauges = [
+            ("num_running_reqs", "The number of running requests."),
+            ("num_used_tokens", "The number of used tokens."),
+            ("token_usage", "The token usage."),
+            ("gen_throughput", "The generation throughput (token/s)."),
+            ("num_queue_reqs", "The number of requests in the waiting queue."),
+            ("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue."),
+            ("cache_hit_rate", "The prefix cache hit rate."),
+            ("spec_accept_length", "The average acceptance length of speculative decoding."),
+            ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
+        ]
+        if SIM.new:
+            gauges.append(("full_token_usage", "The token usage for full attention layers."))
+        if hybrid:
+            gauges.append(("mamba_usage", "The token usage for Mamba layers."))
+        with self.lock:
+            per_rank = []
+            now = time.monotonic()
+            for dp_rank, rank in enumerate(self.ranks):
+                rank.advance(now)  # requests finished since the last tick count as served
+                values = dict(rank.gauges, max_total_num_tokens=rank.pool_tokens)
+                rank_labels = dict(labels, dp_rank=str(dp_rank)) if len(self.ranks) > 1 else labels
+                per_rank.append((rank_labels, values))
+            stats = self.stats
+            counters = [("prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens),
+                        ("generation_tokens", "Number of generation tokens processed.", stats.generation_tokens),
+                        ("num_requests", "Number of requests processed.", stats.requests)]
+            histograms = [("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                           stats.ttft),
+                          ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                           stats.e2e)]
+            lines = []
+            for name, help_text in gauges:
+                lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} gauge"]
+                lines += [f"sglang:{name}{render_labels(rank_labels)} {float(values.get(name, 0))}"
+                          for rank_labels, values in per_rank]
+            for name, help_text, value in counters:
+                lines += [f"# HELP sglang:{name}_total {help_text}", f"# TYPE sglang:{name}_total counter",
+                          f"sglang:{name}_total{render_labels(labels)} {float(value)}"]
+            for name, help_text, histogram in histograms:
+                lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} histogram",
+                          f"sglang:{name}_sum{render_labels(labels)} {histogram.sum}"]
+                cumulative = 0
+                for bound, count in zip(histogram.buckets + (float("inf"),), histogram.counts):
+                    cumulative += count
+                    le = "+Inf" if bound == float("inf") else repr(float(bound))
+                    lines.append(f"sglang:{name}_bucket{render_labels(dict(labels, le=le))} {float(cumulative)}")
+                lines.append(f"sglang:{name}_count{render_labels(labels)} {float(cumulative)}")
+        return "\n".join(lines) + "\n"
+
+
+def render_labels(labels):
+    return "{" + ",".join(f'{name}="{value}"' for name, value in sorted(labels.items())) + "}"
+
+
+# --- request and response shapes (SGLang's http_server.py and entrypoints/openai) ------------------
+
+
+def max_new_tokens(value, default=DEFAULT_MAX_NEW_TOKENS):
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"max_new_tokens must be an integer, got {value!r}.")
+    if value < 0:
+        raise RequestError(f"max_new_tokens must be at least 0, got {value}.")
+    return value
+
+
+def is_token_ids(value):
+    return isinstance(value, list) and bool(value) and all(isinstance(i, int) for i in value)
+
+
+def prompt_tokens(prompt):
+    """Token counts of a prompt: a text, token ids, or a list of either (a batch)."""
+    if isinstance(prompt, str):
+        return [estimate_tokens(prompt)]
+    if is_token_ids(prompt):
+        return [len(prompt)]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or is_token_ids(p) for p in prompt):
+        return [count for p in prompt for count in prompt_tokens(p)]
+    raise RequestError(f"The prompt must be a text, token ids or a list of either, not {prompt!r:.100}.")
+
+
+def parse_generate(body):
+    """(prompt token counts, max_new_tokens) of a /generate body."""
+    prompt = body.get("text") if body.get("text") is not None else body.get("input_ids")
+    if prompt is None:
+        raise RequestError("Either text, input_ids or input_embeds should be provided.")
+    params = body.get("sampling_params") or {}
+    if isinstance(params, list):  # one per prompt in a batch: the simulator takes the first
+        params = params[0] if params else {}
+    return prompt_tokens(prompt), max_new_tokens(params.get("max_new_tokens"))
+
+
+def parse_completion(body):
+    return prompt_tokens(body.get("prompt")), max_new_tokens(body.get("max_tokens"), 16)
+
+
+def parse_chat(body):
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise RequestError("messages must be a non-empty list of {'role': ..., 'content': ...} objects.")
+    rendered = ""
+    for message in messages:  # a ChatML-like template, then the generation prompt
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        rendered += f"<|im_start|>{message.get('role', 'user')}\n{content}<|im_end|>\n"
+    limit = body.get("max_completion_tokens")
+    return [estimate_tokens(rendered + "<|im_start|>assistant\n")], \
+        max_new_tokens(body.get("max_tokens") if limit is None else limit)
+
+
+def generate_output(request, count, finished):
+    meta = {"id": request.rid, "finish_reason": {"type": "length", "length": count} if finished else None,
+            "prompt_tokens": request.prompt_tokens, "completion_tokens": count, "cached_tokens": 0,
+            "weight_version": "default"}
+    if finished:
+        meta["e2e_latency"] = request.finished_at - request.arrival
+    return {"text": output_text(count), "output_ids": output_ids(count), "meta_info": meta}
+
+
+def usage_of(requests, completion=None):
+    """OpenAI usage of finished requests, or of one request with ``completion`` tokens so far."""
+    prompt = sum(request.prompt_tokens for request in requests)
+    if completion is None:
+        completion = sum(request.max_new_tokens for request in requests)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "reasoning_tokens": 0}
+
+
+def completion_choice(index, text, finish_reason):
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
+
+
+def chat_choice(index, text, finish_reason, delta=True):
+    content = {"content": text} if delta else {
+        "role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+    return {"index": index, "delta" if delta else "message": content, "logprobs": None,
+            "finish_reason": finish_reason, "matched_stop": None}
+
+
+GENERATION_ROUTES = {  # path: (parse, object of a reply, object of a stream chunk)
+    "/generate": (parse_generate, None, None),
+    "/v1/completions": (parse_completion, "text_completion", "text_completion"),
+    "/v1/chat/completions": (parse_chat, "chat.completion", "chat.completion.chunk"),
+}
+
+
+def generation_reply(path, body, requests):
+    """The JSON body of a finished (not streamed) generation."""
+    if path == "/generate":
+        outputs = [generate_output(request, request.max_new_tokens, True) for request in requests]
+        text = body.get("text")
+        batch = isinstance(text, list) if text is not None else not is_token_ids(body.get("input_ids"))
+        return outputs if batch else outputs[0]
+    head = openai_head(body, requests[0], GENERATION_ROUTES[path][1])
+    if path == "/v1/completions":
+        choices = [completion_choice(index, output_text(request.max_new_tokens), "length")
+                   for index, request in enumerate(requests)]
+    else:
+        choices = [chat_choice(0, output_text(requests[0].max_new_tokens), "length", delta=False)]
+    return dict(head, choices=choices, usage=usage_of(requests))
+
+
+def stream_renderer(path, body, request):
+    """render(sent, count, finished) -> the events of one chunk of a stream."""
+    if path == "/generate":  # cumulative text and output_ids
+        return lambda sent, count, finished: [generate_output(request, count, finished)]
+    head = openai_head(body, request, GENERATION_ROUTES[path][2])
+    options = body.get("stream_options") or {}
+    include_usage, continuous_usage = bool(options.get("include_usage")), bool(options.get("continuous_usage_stats"))
+    chat = path == "/v1/chat/completions"
+
+    def render(sent, count, finished):
+        """Text deltas (with the usage so far if continuous_usage_stats), the last with its finish_reason, then
+        (if include_usage) the usage alone."""
+        choice = chat_choice if chat else completion_choice
+        events = [dict(head, choices=[choice(0, output_text(count)[len(output_text(sent)):],
+                                             "length" if finished else None)],
+                       usage=usage_of([request], count) if continuous_usage else None)]
+        if chat and sent == 0:  # the first chunk announces the role
+            events.insert(0, dict(head, choices=[dict(chat_choice(0, "", None),
+                                                      delta={"role": "assistant", "content": ""})], usage=None))
+        if finished and include_usage:
+            events.append(dict(head, choices=[], usage=usage_of([request])))
+        return events
+
+    return render
+
+
+def openai_head(body, request, object_name):
+    return {"id": request.rid, "object": object_name, "created": int(time.time()),
+            "model": body.get("model") or "default"}
+
+
 # --- main process: HTTP server, warmup, signals --------------------------------------------------
 
 
@@ -744,7 +1372,7 @@ class Server:
         self.scheduler_info = {}
         self.ready_infos = []
         self.control_fds = []
-        self.requests = 0
+        self.serving = None
         self.start_time = time.time()
 
     # process tree -----------------------------------------------------------------------------
@@ -827,8 +1455,15 @@ class Server:
         threading.Thread(target=self.drain_and_exit, daemon=True).start()
 
     def drain_and_exit(self):
+        # sigterm_watchdog: requests in flight (new ones are still accepted) are served to the end
         time.sleep(0.3)
-        self.log.info("Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].")
+        while True:
+            remaining = self.serving.in_flight()
+            self.log.info(f"Gracefully exiting... Remaining number of requests {len(remaining)}. "
+                          f"Remaining requests remaining_rids={remaining!r}.")
+            if not remaining:
+                break
+            time.sleep(5)
         for pid in descendants(os.getpid()):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -844,6 +1479,7 @@ class Server:
         self.log.info(self.config.repr_line())
         readers = self.launch_subprocesses()
         self.wait_for_ready(readers)
+        self.serving = Serving(self.config, self.ready_infos)
         if SIM.new:
             timings = self.scheduler_info["timings"]
             graphs = ", ".join(f"{phase}={seconds:.2f}" for phase, seconds in timings["cuda_graph"].items())
@@ -854,7 +1490,9 @@ class Server:
         self.serve_http()
 
     def serve_http(self):
-        server_class = type("SimHTTPServer", (http.server.ThreadingHTTPServer,), {"daemon_threads": True})
+        # uvicorn's backlog (2048), not socketserver's 5: a burst of clients must not be refused
+        server_class = type("SimHTTPServer", (http.server.ThreadingHTTPServer,),
+                            {"daemon_threads": True, "request_queue_size": 2048, "handle_error": handle_http_error})
         if ":" in self.args.host:
             server_class.address_family = socket.AF_INET6
         self.log.info(f"INFO:     Started server process [{os.getpid()}]")
@@ -927,9 +1565,9 @@ class Server:
         info.update(scheduler)
         # One internal state per DP rank, from that rank's TP0 scheduler.
         info["internal_states"] = [
-            dict(self.config.as_dict(), last_gen_throughput=0.0, memory_usage=ready["memory_usage"],
-                 effective_max_running_requests_per_dp=ready["max_running_requests"])
-            for ready in self.ready_infos[::self.args.tp_size]]
+            dict(self.config.as_dict(), last_gen_throughput=self.serving.last_gen_throughput(dp_rank),
+                 memory_usage=ready["memory_usage"], effective_max_running_requests_per_dp=ready["max_running_requests"])
+            for dp_rank, ready in enumerate(self.ready_infos[::self.args.tp_size])]
         info["version"] = VERSIONS[SIM.log_format]
         if SIM.new:
             info["frontend"] = "python"
@@ -937,46 +1575,15 @@ class Server:
         return info
 
     def metrics(self):
-        labels = f'engine_type="unified",model_name="{self.args.served_model_name}",pp_rank="0",tp_rank="0"'
-        gauges = [
-            ("num_running_reqs", "The number of running requests.", 0),
-            ("num_used_tokens", "The number of used tokens.", 0),
-            ("token_usage", "The token usage.", 0.0),
-            ("gen_throughput", "The generation throughput (token/s).", 0.0),
-            ("num_queue_reqs", "The number of requests in the waiting queue.", 0),
-            ("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0),
-            ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
-            ("spec_accept_length", "The average acceptance length of speculative decoding.", 0.0),
-            ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
-             self.scheduler_info["max_total_num_tokens"]),
-        ]
-        if "max_mamba_cache_size" in self.scheduler_info:
-            gauges.append(("mamba_usage", "The token usage for Mamba layers.", 0.0))
-        counters = [
-            ("prompt_tokens", "Number of prefill tokens processed.", 7 * self.requests),
-            ("generation_tokens", "Number of generation tokens processed.", 8 * self.requests),
-            ("num_requests", "Number of requests processed.", self.requests),
-        ]
-        lines = []
-        for name, help_text, value in gauges:
-            lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} gauge",
-                      f"sglang:{name}{{{labels}}} {float(value)}"]
-        for name, help_text, value in counters:
-            lines += [f"# HELP sglang:{name}_total {help_text}", f"# TYPE sglang:{name}_total counter",
-                      f"sglang:{name}_total{{{labels}}} {float(value)}"]
-        return "\n".join(lines) + "\n"
+        labels = {"engine_type": "unified", "model_name": self.args.served_model_name, "pp_rank": "0", "tp_rank": "0"}
+        return self.serving.metrics(labels)
 
-    def generate(self):
-        SIM.sleep(1.0 if self.status == "Starting" else 0.1)  # the warmup request compiles kernels first
-        self.requests += 1
-        prefix = " TP0" if self.args.tp_size > 1 else ""
-        Logger(prefix).info("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-                            "#running-req: 0, #queue-req: 0, ")
-        return {"text": " Paris. It is the capital of France",
-                "output_ids": [12095, 13, 1084, 374, 279, 6722, 315, 9625],
-                "meta_info": {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": 8},
-                              "prompt_tokens": 7, "completion_tokens": 8, "cached_tokens": 0,
-                              "e2e_latency": 0.05 * max(SIM.time_scale, 0.1)}}
+
+def handle_http_error(httpd, request, client_address):
+    # A client that went away is not the server's error: uvicorn logs no traceback for it (and a traceback in
+    # the log reads as a crash).
+    if not isinstance(sys.exc_info()[1], OSError):
+        http.server.ThreadingHTTPServer.handle_error(httpd, request, client_address)
 
 
 def make_handler(server):
@@ -1043,13 +1650,63 @@ def make_handler(server):
                     "root": name, "max_model_len": server.scheduler_info["context_len"]}]})
             if path == "/metrics" and server.args.enable_metrics and self.command == "GET":
                 return self.reply(200, server.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-            if path == "/generate" and self.command == "POST":
-                try:
-                    json.loads(body or b"{}")
-                except ValueError:
-                    return self.reply(400, {"error": {"message": "invalid JSON body"}})
-                return self.reply(200, server.generate())
+            if path in GENERATION_ROUTES and self.command == "POST":
+                return self.generation(path, body)
             return self.reply(404, {"detail": "Not Found"})
+
+        def generation(self, path, raw):
+            parse = GENERATION_ROUTES[path][0]
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError as exc:
+                return self.reply_error(path, f"invalid JSON body: {exc}")
+            if server.status == "Starting":
+                SIM.sleep(1.0)  # the warmup request compiles kernels first
+            try:
+                if not isinstance(body, dict):
+                    raise RequestError("The request body must be a JSON object.")
+                prompts, limit = parse(body)
+                if body.get("stream") and len(prompts) > 1:
+                    raise RequestError("The simulator streams one prompt per request, not a batch.")
+                requests = server.serving.submit(prompts, limit)
+            except RequestError as exc:
+                return self.reply_error(path, str(exc))
+            try:
+                if body.get("stream"):
+                    self.stream(requests[0], stream_renderer(path, body, requests[0]))
+                else:
+                    for request in requests:
+                        server.serving.wait(request)
+                    self.reply(200, generation_reply(path, body, requests))
+            finally:
+                for request in requests:
+                    server.serving.answered(request)
+
+        def reply_error(self, path, message):
+            if path == "/generate":
+                return self.reply(400, {"error": {"message": message}})
+            return self.reply(400, {"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                                    "code": 400})
+
+        def stream(self, request, render):
+            """Server-sent events in chunked transfer encoding (so the connection stays open), then [DONE]."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.connection.settimeout(2)  # a client that stops reading must not stall the other streams
+            if server.serving.stream(request, render, self.write_events):
+                self.connection.settimeout(None)
+            else:  # the client went away: SGLang aborts the request
+                self.close_connection = True
+
+        def write_events(self, events, finished):
+            """One HTTP chunk per event, as uvicorn sends them, in one write."""
+            messages = [b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n" for event in events]
+            if finished:
+                messages += [b"data: [DONE]\n\n", b""]  # the empty chunk ends the body
+            self.wfile.write(b"".join(b"%x\r\n%s\r\n" % (len(message), message) for message in messages))
 
     return Handler
 

@@ -156,7 +156,8 @@ def test_tp2_start_serve_and_sigterm(launch, gpu_dir, log_format):
     assert re.search(r'^sglang:token_usage\{engine_type="unified",model_name="[^"]+",pp_rank="0",tp_rank="0"\} 0\.0$',
                      body, re.MULTILINE)
     assert "# TYPE sglang:mamba_usage gauge" in body and "# HELP sglang:num_running_reqs " in body
-    status, body = server.get("/generate", method="POST", body=json.dumps({"text": "Hi"}),
+    status, body = server.get("/generate", method="POST",
+                              body=json.dumps({"text": "Hi", "sampling_params": {"max_new_tokens": 8}}),
                               headers={"Content-Type": "application/json"})
     assert status == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 8
 
@@ -199,12 +200,16 @@ def test_mamba_strategy_and_max_running_requests(launch):
     no_buffer = launch("--mamba-scheduler-strategy", "no_buffer", "--disable-cuda-graph", "--base-gpu-id", "0")
     extra = launch("--mamba-scheduler-strategy", "extra_buffer", "--disable-cuda-graph", "--base-gpu-id", "1")
     capped = launch("--max-running-requests", "64", "--disable-cuda-graph", "--base-gpu-id", "2")
-    running = {}
+    running, slots = {}, {}
     for name, server in (("no_buffer", no_buffer), ("extra", extra), ("capped", capped)):
         server.wait_ready()
-        running[name] = json.loads(server.get("/server_info")[1])["max_running_requests"]
+        info = json.loads(server.get("/server_info")[1])
+        running[name], slots[name] = info["max_running_requests"], info["max_mamba_cache_size"]
         assert f"max_running_requests={running[name]}," in server.log()
-    assert running["extra"] == running["no_buffer"] // 2
+    # the same memory split gives the same slots; a running request takes 3 of them (no_buffer), 5 (extra_buffer)
+    assert slots["no_buffer"] == slots["extra"] > 320
+    assert running["no_buffer"] == slots["no_buffer"] // 3
+    assert running["extra"] == slots["extra"] // 5
     assert running["capped"] == 64
 
 
