@@ -16,9 +16,12 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
 
 # Gauges reported by sglang_gauges(). Counts add up over data-parallel ranks; ratios are given for
-# the fullest rank, since that is the one that limits the server.
-SUMMED_GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput", "max_total_num_tokens")
-RATIO_GAUGES = ("token_usage", "mamba_usage", "cache_hit_rate")
+# the fullest rank, since that is the one that limits the server. num_retracted_reqs: requests retracted
+# since the previous log, because decode ran out of KV; full_token_usage (v0.5.10+): the full-attention KV
+# pool alone, where token_usage may be the fullest of several pools (capacity_rules.kv_usage).
+SUMMED_GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput", "max_total_num_tokens",
+                 "num_retracted_reqs")
+RATIO_GAUGES = ("token_usage", "full_token_usage", "mamba_usage", "cache_hit_rate")
 # `sglang:` is SGLang's own prefix; exporters that sanitise names (e.g. gRPC sidecars) write `sglang_`.
 _PREFIXES = ("sglang:", "sglang_")
 

@@ -43,7 +43,19 @@ def test_v0_5_9_page_sglang_gauges():
         "num_used_tokens": 48213.0,
         "cache_hit_rate": 0.4121,
         "max_total_num_tokens": 1539264.0,
+        "num_retracted_reqs": 0.0,
+        "full_token_usage": None,  # v0.5.10+
     }
+
+
+def test_v0_5_23_data_parallel_page_sglang_gauges():
+    # DP attention (tp 4, dp 2): attention-TP rank 0 of each DP group records, as tp_rank 0 and 2.
+    page = (METRICS / "sglang_v0.5.23_dp2_hybrid_kv_bound.txt").read_text(encoding="utf-8")
+    gauges = sglang_gauges(page)
+    assert (gauges["num_running_reqs"], gauges["num_queue_reqs"], gauges["num_retracted_reqs"]) == (81.0, 15.0, 2.0)
+    assert gauges["max_total_num_tokens"] == 824320.0
+    assert (gauges["token_usage"], gauges["mamba_usage"]) == (0.97, 0.33)
+    assert gauges["full_token_usage"] == pytest.approx(0.97, abs=1e-6)
 
 
 @pytest.mark.parametrize("line, name, labels, value", [
