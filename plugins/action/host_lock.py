@@ -7,6 +7,9 @@ import os
 import socket
 import uuid
 
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.run_identity import (
+    awx_job_id,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import SlicedAction
 
 
@@ -62,7 +65,7 @@ class ActionModule(SlicedAction):
                 "controller_pid": os.getppid(),
                 "controller_pid_starttime": process_starttime(os.getppid()),
                 "user": getpass.getuser(),
-                "awx_job_id": str(task_vars.get("awx_job_id") or task_vars.get("tower_job_id") or "") or None,
+                "awx_job_id": awx_job_id(task_vars),
             }
         return args
 

@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation shared by the gpuops.sglang modules that look at a GPU host.
 
-C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http) and
-C(gpuops.sglang.common.systemd) document the argument specs STATE_DIR, GPU, HTTP and SYSTEMD of
+C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http),
+C(gpuops.sglang.common.systemd) and C(gpuops.sglang.common.journal) document the argument specs STATE_DIR, GPU,
+HTTP, SYSTEMD and JOURNAL of
 module_utils/argument_specs.py (a unit test keeps each fragment and its spec equal).
 C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
 C(ansible.builtin.action_common_attributes) does not.
@@ -42,6 +43,19 @@ options:
         and of the per-host lock C(<state_dir>/.lock). M(gpuops.sglang.server) creates it when missing.
     type: path
     default: /var/lib/gpuops-sglang
+"""
+
+    JOURNAL = r"""
+options:
+  journal:
+    description:
+      - Append what this call found to the host's run journal C(<state_dir>/journal.jsonl) (one JSON line per
+        call; settings read from the launch scripts with keys hidden, configured facts, startup timings,
+        outcomes, probe figures, metrics; never a secret). M(gpuops.sglang.journal) reads it back.
+      - The journal is bounded (about 1 MiB); the oldest lines go first, except each server's last good relaunch.
+      - A journal that cannot be written never fails the call; RV(journal_error) says why.
+    type: bool
+    default: true
 """
 
     GPU = r"""

@@ -65,4 +65,5 @@ class FilterModule:
             "fleet_status": report.fleet_status,
             "fleet_problems": report.fleet_problems,
             "stop_summary": report.stop_summary,
+            "history_table": report.history_table,
         }

@@ -49,6 +49,10 @@ SYSTEMD = {"systemd": {"type": "dict", "default": {}, "options": SYSTEMD_OPTIONS
 SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_burst": option_ranges.count(1, 1000),
                   "start_limit_interval": option_ranges.seconds(0, 86400)}
 
+# Modules that end a job on the host append what they found to the run journal (module_utils/journal.py).
+JOURNAL = {"journal": {"type": "bool", "default": True}}
+
 # Fragment name (as modules extend it) -> the spec it documents.
 BY_FRAGMENT = {"gpuops.sglang.common.state_dir": STATE_DIR, "gpuops.sglang.common.gpu": GPU,
-               "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.systemd": SYSTEMD}
+               "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.systemd": SYSTEMD,
+               "gpuops.sglang.common.journal": JOURNAL}

@@ -21,6 +21,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
+    journal,
     option_ranges,
     procfs,
     run_lock,
@@ -79,6 +80,7 @@ WAIT_ARGUMENT_SPEC = {
         "port": {"type": "int"},
         "log_path": {"type": "path"},
         "pid": {"type": "int"},
+        "action": {"type": "str"},
     }},
     **argument_specs.HTTP,
     "timeout": {"type": "float", "default": 1800},
@@ -88,6 +90,7 @@ WAIT_ARGUMENT_SPEC = {
     **argument_specs.STATE_DIR,
     "run_id": {"type": "str"},
     "release_run": {"type": "bool", "default": False},
+    **argument_specs.JOURNAL,
 }
 WAIT_RANGES = dict(
     argument_specs.HTTP_RANGES,
@@ -222,6 +225,7 @@ class ServerTracker:
         self.replaced_by = state if self._recorded_pid and not same_process else None
         self._starttime = recorded_starttime(state) if same_process else None
         self.launched_at = state.get("launched_at") if same_process else None
+        self.action = spec.get("action")
         self._deadline = options["started_at"] + options["timeout"]
         if not self.port:
             recorded_in = state_path(options["state_dir"], self.name)
@@ -434,10 +438,28 @@ def wait_slice(params, carry=None, check_mode=False):
         _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
+    if params["journal"] and not check_mode:
+        result["journal_error"] = journal_relaunch(params, trackers)
     if params["release_run"] and params.get("run_id") and not check_mode:
         # The run's last call to the host: giving it back here saves the release's round trip.
         result["released"] = run_lock.release(params["state_dir"], params["run_id"])
     return result
+
+
+def journal_relaunch(params, trackers):
+    """Append the outcome of every server to the run journal; each report gains ``since_last_good``: its
+    settings, facts and timings against the newest earlier run in which it came up with the same model."""
+    state_dir, run_id = params["state_dir"], params.get("run_id")
+    earlier = journal.runs(journal.read_records(state_dir))
+    entries = {}
+    for tracker in trackers:
+        entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, read_state(state_dir, tracker.name),
+                                       tracker.action, journal.previous_settings(earlier, tracker.name))
+        entries[tracker.name] = entry
+        good = journal.last_good(earlier, tracker.name, entry.get("model"), before_run_id=run_id)
+        tracker.result["since_last_good"] = journal.compare(good, entry) if good else None
+        tracker.result["journal"] = entry
+    return journal.append(state_dir, journal.run_header(state_dir, "relaunch", run_id), entries)
 
 
 def _confirm_ready(trackers):

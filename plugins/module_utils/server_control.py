@@ -18,6 +18,8 @@ import time
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     host_job,
+    journal,
+    launch_settings,
     launchers,
     option_ranges,
     procfs,
@@ -78,12 +80,11 @@ class ServerControlError(Exception):
         self.details = details
 
 
-def sha256_file(path):
-    digest = hashlib.sha256()
+def read_script(path):
+    """``(sha256 of its bytes, its text)`` of a launch script on disk."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        data = handle.read()
+    return hashlib.sha256(data).hexdigest(), data.decode("utf-8", "replace")
 
 
 def validate_request(params):
@@ -228,6 +229,8 @@ class ServerPlan:
         self.killed = []
         self.last_signal = {}
         self.script_sha256 = None
+        # Flags and environment of the launch script, keys hidden: recorded for the run journal.
+        self.launch_settings = None
         self.launched = {}
         self.rotated_log = None
         self.timings = {}
@@ -305,11 +308,12 @@ class ServerControl:
         except NvidiaSmiError as exc:
             raise ServerControlError(str(exc))
 
-    def _script_sha256(self, spec):
+    def _script(self, spec):
+        """``(sha256, text)`` of the script the server will run: the one given, else the one on disk."""
         given = self.scripts.get(spec["name"])
         if given is not None:
-            return script_files.sha256_text(given["content"])
-        return sha256_file(spec["launch_script"])
+            return script_files.sha256_text(given["content"]), given["content"]
+        return read_script(spec["launch_script"])
 
     def _plan(self, spec):
         state = self.params["state"]
@@ -321,7 +325,8 @@ class ServerControl:
         plan.processes, plan.group = running.processes, running.group
         plan.main_pid = running.main.pid if running.main else None
         if state != "stopped":
-            plan.script_sha256 = self._script_sha256(spec)
+            plan.script_sha256, script_text = self._script(spec)
+            plan.launch_settings = launch_settings.read_settings(script_text, self.secrets)
             unit_sha256 = None
             if isinstance(self.launcher, launchers.SystemdLauncher):
                 plan.unit_content = self.launcher.unit_content(spec)
@@ -526,7 +531,8 @@ class ServerControl:
         # The state file contract of docs/architecture.md.
         plan.launched = dict(
             plan.desired, name=plan.name, pid=pid, pgid=info.pgid if info else pid, launched_at=time.time(),
-            pid_starttime=info.starttime if info else None, run_id=self.params.get("run_id"))
+            pid_starttime=info.starttime if info else None, run_id=self.params.get("run_id"),
+            settings=plan.launch_settings)
         try:
             write_state(self.state_dir, plan.name, plan.launched)
             if spec.get("pid_file"):
@@ -581,7 +587,22 @@ class ServerControl:
             for owner in {entry["server"] for entry in self.stale.values()}:
                 remove_state(self.state_dir, owner)
         self.timings["act_s"] = round(time.monotonic() - started, 3)
-        return self._result(plans)
+        return self._journaled(plans, self._result(plans))
+
+    def _journaled(self, plans, result):
+        """The result, after the run journal got what only this call knows: every server a stop handled, and
+        the servers left down (the wait journals the others)."""
+        if not self.params["journal"]:
+            return result
+        stopping = self.params["state"] == "stopped"
+        entries = {plan.name: {key: value for key, value in (
+            ("action", plan.action), ("outcome", "down" if plan.down else plan.action),
+            ("error", plan.error), ("gpu_memory_after_mib", plan.gpu_memory_after or None)) if value is not None}
+            for plan in plans if stopping or plan.down}
+        if entries:
+            header = journal.run_header(self.state_dir, "stop" if stopping else "relaunch", self.params.get("run_id"))
+            result["journal_error"] = journal.append(self.state_dir, header, entries)
+        return result
 
     def _guarded(self, plan, now, step, *args):
         """One server's step; whatever it raises fails that server alone, never the sequence of the others."""
@@ -698,7 +719,7 @@ class ServerControl:
             extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
             if not any(plan.changes for plan in plans):
                 self.timings["total_s"] = round(time.monotonic() - started, 3)
-                return dict(self._result(plans), **extra)
+                return dict(self._journaled(plans, self._result(plans)), **extra)
             job_id = host_job.new_job_id()
 
             def work(progress):

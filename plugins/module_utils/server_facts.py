@@ -14,7 +14,12 @@ import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import launchers, procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    capacity_rules,
+    journal,
+    launchers,
+    procfs,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
@@ -30,7 +35,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    sha256_file,
+    read_script,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_plan import (
     recorded_settings,
@@ -47,10 +52,13 @@ SERVER_INFO_FIELDS = (
     "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "mem_fraction_static",
     "max_total_num_tokens", "max_running_requests", "max_req_input_len", "context_length",
     "chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs", "kv_cache_dtype", "attention_backend",
-    "speculative_algorithm", "max_mamba_cache_size",
+    "speculative_algorithm", "max_mamba_cache_size", "mamba_scheduler_strategy", "mamba_radix_cache_strategy",
+    "disable_radix_cache", "disable_overlap_schedule",
 )
-# Per DP rank in "internal_states"; the first rank's values are reported.
-INTERNAL_STATE_FIELDS = ("memory_usage", "last_gen_throughput", "effective_max_running_requests_per_dp")
+# Per DP rank in "internal_states"; the first rank's values are reported (max_mamba_cache_size as the scheduler
+# sized it: the top level holds the launch argument).
+INTERNAL_STATE_FIELDS = ("memory_usage", "last_gen_throughput", "effective_max_running_requests_per_dp",
+                         "max_mamba_cache_size")
 
 
 def nccl_exports(script_text):
@@ -93,14 +101,10 @@ def launch_script_facts(state):
         return {"path": None, "running_sha256": None, "disk_sha256": None, "drift": False, "nccl_expected": {}}
     running = state.get("script_sha256")
     try:
-        on_disk = sha256_file(path)
+        on_disk, text = read_script(path)
+        expected = nccl_exports(text)
     except OSError:
-        on_disk = None
-    try:
-        with open(path, errors="replace") as handle:
-            expected = nccl_exports(handle.read())
-    except OSError:
-        expected = {}
+        on_disk, expected = None, {}
     return {"path": path, "running_sha256": running, "disk_sha256": on_disk,
             "drift": bool(running) and running != on_disk, "nccl_expected": expected}
 
@@ -164,6 +168,7 @@ def describe_server(spec, params, now, by_name):
         "nccl": compare_nccl(script["nccl_expected"], processes),
         "log": run_log.state.as_dict(),
         "state_recorded": bool(state),
+        "_settings": state.get("settings"),
     }
 
 
@@ -209,4 +214,17 @@ def describe_servers(params):
         for server, answer in zip(servers, answers):
             server.update(answer)
             server["status"] = server_status(server, now)
+            settings = server.pop("_settings")
+            server["capacity"] = capacity_rules.judge(capacity_rules.snapshot_of(
+                server["metrics"], server["server_info"], settings, server["log"].get("facts"))) \
+                if server["metrics"] else None
     return servers
+
+
+def journal_status(params, servers):
+    """Append what a status run saw (health, live gauges, the capacity verdict) to the run journal."""
+    entries = {server["name"]: {key: value for key, value in (
+        ("outcome", server["status"]), ("pid", server["pid"]), ("metrics", server["metrics"]),
+        ("capacity", server["capacity"])) if value is not None} for server in servers}
+    header = dict(journal.run_header(params["state_dir"], "status"), by=params.get("_run_by") or {})
+    return journal.append(params["state_dir"], header, entries)

@@ -53,6 +53,7 @@ extends_documentation_fragment:
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.gpu
   - gpuops.sglang.common.systemd
+  - gpuops.sglang.common.journal
   - gpuops.sglang.common.idempotent
 attributes:
   platform:
@@ -352,6 +353,12 @@ down:
   returned: always
   type: list
   elements: str
+journal_error:
+  description:
+    - Why the run journal could not be written (the call's result stands). The server module journals every
+      server of a stop (O(state=stopped)) and the servers it left down; M(gpuops.sglang.wait) journals the others.
+  returned: when the call journaled something
+  type: str
 interrupted_runs:
   description:
     - Earlier calls whose result nobody picked up (the controller was interrupted or the connection dropped while
@@ -425,6 +432,7 @@ ARGUMENT_SPEC = {
     "progress_interval": {"type": "float", "default": 10},
     "launcher": {"type": "str", "choices": list(LAUNCHERS), "default": "detached"},
     **argument_specs.SYSTEMD,
+    **argument_specs.JOURNAL,
 }
 
 

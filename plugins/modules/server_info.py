@@ -19,10 +19,11 @@ extends_documentation_fragment:
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.http
   - gpuops.sglang.common.systemd
+  - gpuops.sglang.common.journal
 attributes:
   check_mode:
     support: full
-    details: Reads only; runs the same in check mode.
+    details: Reads only (and, outside check mode, appends a status line to the run journal with O(journal)).
   diff_mode:
     support: none
   platform:
@@ -48,6 +49,11 @@ options:
   log_path:
     description: Parse this SGLang log offline instead of describing servers. Mutually exclusive with O(servers).
     type: path
+  _run_by:
+    description:
+      - Internal, set by the action plugin - who runs the task (controller, user, AWX job), for the run journal.
+        Do not set it.
+    type: dict
 notes:
   - C(/metrics) answers only when the server runs with C(--enable-metrics); RV(servers[].metrics) is null otherwise.
 seealso:
@@ -80,6 +86,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+journal_error:
+  description: Why the status line could not be appended to the run journal; null when it was.
+  returned: when O(journal) and servers were reported, outside check mode
+  type: str
 servers:
   description: One entry per server; empty in offline mode.
   returned: always
@@ -136,6 +146,16 @@ servers:
         - C(/metrics) gauges (C(token_usage), C(mamba_usage), C(num_running_reqs), C(num_queue_reqs),
           C(gen_throughput), ...); null without C(--enable-metrics).
       type: dict
+    capacity:
+      description:
+        - The binding constraint named from the live gauges and what the server configured (rules and sources in
+          C(docs/capacity.md)) - C(bound) (V(idle), V(mamba), V(kv), V(request_limit), V(queueing), V(headroom),
+          V(unknown)), C(evidence), C(advice) (a flag to try, or null), C(figures); null without metrics.
+      type: dict
+      sample:
+        bound: mamba
+        evidence: mamba_usage 0.61 vs token_usage 0.21, 32 running = max_running_requests, queue 0
+        advice: try `--mamba-scheduler-strategy no_buffer` or a larger `--max-mamba-cache-size`
     nccl:
       description:
         - C(expected), the C(export NCCL_*=...) lines of the launch script; C(workers), every marked process with
@@ -181,6 +201,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
     describe_servers,
+    journal_status,
     parse_log_file,
 )
 
@@ -197,6 +218,9 @@ def main():
             **argument_specs.HTTP,
             **argument_specs.STATE_DIR,
             **argument_specs.SYSTEMD,
+            **argument_specs.JOURNAL,
+            # Internal, set by the action plugin: who runs this status (for the run journal).
+            "_run_by": {"type": "dict"},
         },
         mutually_exclusive=[("servers", "log_path")],
         supports_check_mode=True,
@@ -210,7 +234,11 @@ def main():
         if log.get("read_error"):
             module.fail_json(msg=log["read_error"])
         module.exit_json(changed=False, servers=[], log=log)
-    module.exit_json(changed=False, servers=describe_servers(module.params))
+    servers = describe_servers(module.params)
+    result = {"changed": False, "servers": servers}
+    if module.params["journal"] and not module.check_mode and servers:
+        result["journal_error"] = journal_status(module.params, servers)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,16 @@ description:
     ready; RV(msg) names each such server and why.
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
     a log that was not rotated cannot report a previous run's phase or crash.
+  - When the wait is over, the outcome of every server (settings of its launch script, what it configured,
+    startup timings, error line) is appended to the run journal (O(journal)), and each server is compared with
+    the last earlier run in which it came up with the same model (RV(servers[].since_last_good)).
 version_added: 0.1.0
 author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.http
+  - gpuops.sglang.common.journal
   - ansible.builtin.action_common_attributes.flow
 attributes:
   check_mode:
@@ -79,6 +83,11 @@ options:
           - Pid of the server's main process, when it was not launched by C(gpuops.sglang.server).
           - Without a pid (given or recorded) a crash is only detected from the log.
         type: int
+      action:
+        description:
+          - What M(gpuops.sglang.server) did to the server (V(launched), V(relaunched), V(unchanged), ...),
+            recorded in the run journal with its outcome.
+        type: str
   timeout:
     description:
       - Seconds the whole wait may take (1-604800). Large models need tens of minutes (weight loading, JIT
@@ -176,6 +185,10 @@ elapsed:
   description: Seconds the wait took.
   returned: always
   type: float
+journal_error:
+  description: Why the run journal could not be written (the wait's result stands); null when it was.
+  returned: when O(journal), outside check mode
+  type: str
 released:
   description: With O(release_run), whether the run still held the host and gave it back.
   returned: when O(release_run) and O(run_id) were given, outside check mode
@@ -252,25 +265,40 @@ servers:
     msg:
       description: One sentence about this server.
       type: str
+    journal:
+      description:
+        - The entry appended to the run journal - C(action), C(outcome), C(script_sha256), C(model), C(settings)
+          (C(command), C(flags), C(env) of the launch script, keys hidden), C(changed) (settings changed since the
+          server's previous journal entry), C(facts) (configured facts and pool sizes), C(timings) (C(weights_s),
+          C(cuda_graph_s), C(warmup_s), C(ready_s)), C(error).
+      returned: when O(journal), outside check mode
+      type: dict
+    since_last_good:
+      description:
+        - This run against the last earlier run in which the server came up with the same model; null when there
+          is none. C(run_id), C(time), C(changed) (C(setting), C(before), C(after)), and C(facts), C(timings),
+          C(probe), each mapping a name to its C(before) and C(after).
+      returned: when O(journal), outside check mode
+      type: dict
+      sample:
+        run_id: 3f2a9c
+        changed: [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
+        facts: {"max_running_requests": {"before": 32, "after": 53}}
+        timings: {"ready_s": {"before": 212.0, "after": 95.0}}
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
     WAIT_ARGUMENT_SPEC,
     wait_slice,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import RunLockError
+from ansible_collections.gpuops.sglang.plugins.module_utils.sliced_module import (
+    run_slice,
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(WAIT_ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
-    try:
-        result = wait_slice(module.params, carry=module.params["_carry"], check_mode=module.check_mode)
-    except (ValueError, RunLockError) as error:
-        module.fail_json(msg=str(error))
-    if result.get("failed"):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_slice(WAIT_ARGUMENT_SPEC, wait_slice, (ValueError, RunLockError))
 
 
 if __name__ == "__main__":

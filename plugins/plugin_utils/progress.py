@@ -88,3 +88,18 @@ def format_server_progress(host, progress):
         lines.append(" | ".join([f"{host}: {done}/{len(servers)} stopped or launched after {progress['elapsed']:.0f} s"]
                                 + [f"{server['name']} {_server_step_words(server)}" for server in pending]))
     return "\n".join(lines) or None
+
+
+def format_probe_progress(host, progress):
+    """``ct200: probing 8 servers 12/30 s | 10240 output tok/s so far | 512 requests, 0 errors``."""
+    if not progress or not progress.get("servers"):
+        return None
+    servers, elapsed = progress["servers"], progress["elapsed"]
+    tokens = sum(server["output_tokens"] for server in servers)
+    requests = sum(server["requests"] for server in servers)
+    errors = sum(server["errors"] for server in servers)
+    rate = f"{tokens / elapsed:.0f} output tok/s so far" if elapsed > 0 else "starting"
+    line = (f"{host}: probing {len(servers)} servers {elapsed:.0f}/{progress['duration']:.0f} s | {rate} | "
+            f"{requests} requests, {errors} errors")
+    failing = [server["name"] for server in servers if server["errors"]]
+    return line + (f" (errors on {', '.join(failing)})" if failing else "")

@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import capacity_rules
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    change_text,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     STATES,
     count_ready,
@@ -54,8 +60,9 @@ def interrupted_lines(interrupted_runs):
             for run in interrupted_runs or []]
 
 
-def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None):
-    """One line per server: GPUs, port, what the server module did, readiness and what it configured."""
+def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None):
+    """One line per server: GPUs, port, what the server module did, readiness and what it configured; then what
+    changed since each server's last good run and, with a throughput ``probe`` result, its figures."""
     actions, waits = _by_name(server_results), _by_name(wait_results)
     rows = []
     for server in servers:
@@ -78,7 +85,92 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
               "max_running_requests"]
     down = [result["name"] for result in server_results or [] if result.get("down")]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
-    return [title] + interrupted_lines(interrupted_runs) + _table(header, rows)
+    return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
+            + since_last_good_lines(servers, actions, waits) + probe_lines(probe))
+
+
+def _pair(first, second):
+    return None if first is None else f"{first:.2f}/{second:.2f}"
+
+
+def _versus(result, figure="output_tok_s"):
+    """``+65% vs 1280`` against the last good run's probe, or None."""
+    pair = ((result.get("since_last_good") or {}).get("probe") or {}).get(figure) or {}
+    before, after = pair.get("before"), pair.get("after")
+    if not before or after is None:
+        return None
+    return f"{100.0 * (after - before) / before:+.0f}% vs {before:.0f}"
+
+
+def probe_lines(probe):
+    """The throughput probe: the host's figures, then a line per server with its capacity judgement."""
+    if not probe or not probe.get("servers"):
+        return []
+    probed = [result for result in probe["servers"] if result.get("status") == "probed"]
+    host = probe.get("host") or {}
+    title = (f"throughput probe ({len(probed)} servers, {host.get('concurrency')} requests in flight, "
+             f"{host.get('window_s')} s): {host.get('output_tok_s')} output tok/s, {host.get('requests_s')} req/s, "
+             f"TTFT p50/p90 {_pair(host.get('ttft_p50_s'), host.get('ttft_p90_s'))} s, e2e p50/p90 "
+             f"{_pair(host.get('e2e_p50_s'), host.get('e2e_p90_s'))} s, {host.get('errors')} errors")
+    lines = [title]
+    rows = [[result["name"], result.get("output_tok_s"), _versus(result), result.get("requests_s"),
+             _pair(result.get("ttft_p50_s"), result.get("ttft_p90_s")),
+             _pair(result.get("e2e_p50_s"), result.get("e2e_p90_s")), result.get("errors"),
+             capacity_rules.sentence(result["capacity"]) if result.get("capacity") else None]
+            for result in probed]
+    lines += _table(["server", "output_tok/s", "vs_last_good", "req/s", "ttft_p50/p90_s", "e2e_p50/p90_s", "errors",
+                     "capacity"], rows)
+    lines += [result["error"] for result in probe["servers"] if result.get("status") == "refused"]
+    return lines
+
+
+def _amount(value):
+    """1.21M, 45.0k, 32: pool sizes read at a glance."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return str(_number(float(value)))
+
+
+def _duration(seconds):
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}"
+
+
+def _when(epoch):
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "?"
+
+
+def comparison_text(compared):
+    """``--x a -> b; max_running_requests 32 -> 64, ready 212 s -> 95 s, output 1280 -> 2120 tok/s``."""
+    changed = "; ".join(change_text(change) for change in compared["changed"]) or "same settings"
+    deltas = [f"{fact} {_amount(pair['before'])} -> {_amount(pair['after'])}"
+              for fact, pair in compared["facts"].items() if pair["before"] != pair["after"]]
+    ready = compared["timings"].get("ready_s")
+    if ready and None not in (ready["before"], ready["after"]):
+        deltas.append(f"ready {_duration(ready['before'])} s -> {_duration(ready['after'])} s")
+    output = compared["probe"].get("output_tok_s")
+    if output and None not in (output["before"], output["after"]):
+        deltas.append(f"output {output['before']:.0f} -> {output['after']:.0f} tok/s")
+    return f"{changed}; {', '.join(deltas) or 'same facts'}"
+
+
+def since_last_good_lines(servers, actions, waits):
+    """For each relaunched server: the settings that changed and the deltas against the last run it came up in."""
+    lines = []
+    for server in servers:
+        waited = waits.get(server["name"]) or {}
+        if (actions.get(server["name"]) or {}).get("action") not in ("launched", "relaunched"):
+            continue
+        compared = waited.get("since_last_good")
+        if compared:
+            lines.append(f"{server['name']} vs run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
+                         f"{comparison_text(compared)}")
+        elif "since_last_good" in waited:
+            lines.append(f"{server['name']}: no earlier run of this model came up on this host (nothing to compare)")
+    return (["since the last good run:"] + ["  " + line for line in lines]) if lines else []
 
 
 # Lines of a crashed server's traceback carried into the failure message; the whole one is in the wait result.
@@ -105,36 +197,79 @@ def relaunch_failures(servers, wait_results, server_results=None):
     return failures
 
 
+EXPECTATION_KEYS = ("min", "max", "max_drop_percent")
+
+
 def _bounds(fact, expectation):
+    """``(min, max, max_drop_percent)`` of one expectation."""
     if isinstance(expectation, dict):
-        unknown = set(expectation) - {"min", "max"}
+        unknown = set(expectation) - set(EXPECTATION_KEYS)
         if unknown or not expectation:
-            raise ExpectationError(f"expectation for {fact} must be {{min: N}} and/or {{max: N}}, got {expectation!r}")
-        bounds = expectation.get("min"), expectation.get("max")
+            raise ExpectationError(f"expectation for {fact} must be {{min: N}}, {{max: N}} and/or "
+                                   f"{{max_drop_percent: P}} (against the last good run), got {expectation!r}")
+        bounds = tuple(expectation.get(key) for key in EXPECTATION_KEYS)
     else:
         # A bare number is a minimum: "at least this many running requests".
-        bounds = expectation, None
+        bounds = expectation, None, None
     try:
-        return tuple(None if bound is None else float(bound) for bound in bounds)
+        bounds = tuple(None if bound is None else float(bound) for bound in bounds)
     except (TypeError, ValueError):
         raise ExpectationError(f"expectation for {fact} must be numbers, got {expectation!r}") from None
+    if bounds[2] is not None and not 0 <= bounds[2] <= 100:
+        raise ExpectationError(f"max_drop_percent for {fact} must be 0-100, got {expectation['max_drop_percent']!r}")
+    return bounds
 
 
-def expectation_failures(wait_results, expect):
-    """Check what ready servers configured against ``{fact: {min: N, max: N}}``; returns the violations."""
+def _figure(result, probe, fact):
+    """A configured fact of the server, or a figure of its throughput probe."""
+    value = (result.get("facts") or {}).get(fact)
+    return value if value is not None else (probe or {}).get(fact)
+
+
+def _drop_failure(result, fact, value, max_drop, probes_before):
+    """Relative to the last good run of the same model: ``fact`` may not fall by more than ``max_drop`` percent."""
+    compared = result.get("since_last_good")
+    if not compared:
+        return None
+    before = (compared["facts"].get(fact) or {}).get("before")
+    if before is None:
+        before = probes_before.get(result["name"], {}).get(fact)
+    if not before or value >= before:
+        return None
+    drop = 100.0 * (before - value) / before
+    if drop <= max_drop:
+        return None
+    return (f"{result['name']}: {fact}={_number(value)} dropped {drop:.1f} % against {_number(before)} in the last "
+            f"good run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])} (at most {max_drop:g} % allowed)")
+
+
+def expectation_failures(wait_results, expect, probe_results=None):
+    """Check ready servers against ``{fact: {min: N, max: N, max_drop_percent: P}}``; returns the violations.
+
+    A fact is what the server configured or, with ``probe_results``, a figure its throughput probe measured;
+    ``max_drop_percent`` compares with the last good run of the same model (nothing to compare: no failure).
+    """
+    probes = _by_name(probe_results)
+    probes_before = {name: {key: pair["before"] for key, pair in ((probe.get("since_last_good") or {}).get("probe")
+                                                                  or {}).items()}
+                     for name, probe in probes.items()}
     failures = []
     for fact, expectation in (expect or {}).items():
-        minimum, maximum = _bounds(fact, expectation)
+        minimum, maximum, max_drop = _bounds(fact, expectation)
         for result in wait_results or []:
             if result["status"] != "ready":
                 continue
-            value = (result.get("facts") or {}).get(fact)
+            value = _figure(result, probes.get(result["name"]), fact)
             if value is None:
                 failures.append(f"{result['name']}: {fact} was not reported")
             elif minimum is not None and value < minimum:
                 failures.append(f"{result['name']}: {fact}={value} is below the expected minimum {minimum:g}")
             elif maximum is not None and value > maximum:
                 failures.append(f"{result['name']}: {fact}={value} is above the expected maximum {maximum:g}")
+            elif max_drop is not None:
+                failure = _drop_failure(result, fact, value, max_drop, probes_before)
+                if failure:
+                    failures.append(failure)
     return failures
 
 
@@ -171,7 +306,18 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    return [f"{ready}/{len(servers)} servers ready"] + _table(header, rows) + _launcher_lines(servers, infos)
+    return ([f"{ready}/{len(servers)} servers ready"] + _table(header, rows) + _launcher_lines(servers, infos)
+            + capacity_lines(servers, infos))
+
+
+def capacity_lines(servers, infos):
+    """The capacity verdict of each server from its live metrics, servers with the same words on one line."""
+    by_sentence = {}
+    for server in servers:
+        verdict = (infos.get(server["name"]) or {}).get("capacity")
+        if verdict:
+            by_sentence.setdefault(capacity_rules.sentence(verdict), []).append(server["name"])
+    return [f"{', '.join(names)}: {sentence}" for sentence, names in by_sentence.items()]
 
 
 def _launcher_lines(servers, infos):
@@ -197,6 +343,46 @@ def stop_summary(server_results, interrupted_runs=None):
         rows.append([result["name"], _gpus(result) if result.get("gpus") else None, action,
                      ",".join(str(after[gpu]) for gpu in sorted(after, key=int)) or None])
     return interrupted_lines(interrupted_runs) + _table(["server", "gpus", "action", "gpu_mem_after_mib"], rows)
+
+
+def _spread(entries, fact):
+    """``32`` or ``32-53``: a configured fact over the servers of one run."""
+    values = [entry["facts"][fact] for entry in entries if (entry.get("facts") or {}).get(fact) is not None]
+    if not values:
+        return None
+    low, high = min(values), max(values)
+    return _amount(low) if low == high else f"{_amount(low)}-{_amount(high)}"
+
+
+def history_table(runs):
+    """One line per journal run: when, job, run, who, outcome, settings changed, pool facts, slowest ready, probe."""
+    rows = []
+    for run in runs or []:
+        entries = list((run.get("servers") or {}).values())
+        outcomes = [entry.get("outcome") for entry in entries]
+        ready = sum(outcome in ("ready", "unchanged") for outcome in outcomes)
+        changed = sorted({change["setting"] for entry in entries for change in entry.get("changed") or []})
+        slowest = max((entry["timings"]["ready_s"] for entry in entries
+                       if (entry.get("timings") or {}).get("ready_s") is not None), default=None)
+        output = [entry["probe"]["output_tok_s"] for entry in entries
+                  if (entry.get("probe") or {}).get("output_tok_s") is not None]
+        by = run.get("by") or {}
+        who = by.get("user") or "-"
+        if by.get("awx_job_id"):
+            who += f" (AWX job {by['awx_job_id']})"
+        elif by.get("controller"):
+            who += f"@{by['controller']}"
+        failed = sorted({outcome for outcome in outcomes if outcome not in ("ready", "unchanged", "stopped",
+                                                                            "already_stopped")})
+        rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who,
+                     f"{ready}/{len(entries)} up" + (f" ({', '.join(failed)})" if failed else "")
+                     if run.get("job") in ("relaunch", "status") else f"{len(entries)} stopped",
+                     ",".join(changed) or None, _spread(entries, "max_running_requests"),
+                     _spread(entries, "max_total_num_tokens"),
+                     _seconds(slowest), _seconds(sum(output)) if output else None])
+    header = ["time", "job", "run", "by", "outcome", "changed", "max_running_requests", "max_total_num_tokens",
+              "slowest_ready_s", "probe_tok/s"]
+    return _table(header, rows)
 
 
 def fleet_problems(info_results):

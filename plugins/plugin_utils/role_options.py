@@ -7,6 +7,10 @@ one place the roles' numeric ranges live (a variable handed to a module takes th
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
+    PROBE_RANGES,
+    ROUTES,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     count,
     fraction,
@@ -51,6 +55,7 @@ ROLE_OPTION_RANGES = {
     "relaunch_stall_timeout": WAIT_RANGES["stall_timeout"],
     "relaunch_probe_timeout": WAIT_RANGES["probe_timeout"],
     "relaunch_progress_interval": WAIT_RANGES["progress_interval"],
+    "relaunch_history_last": count(1, 1000),
 }
 
 # Numeric keys of sglang_speculative (and of a server's speculative override).
@@ -60,13 +65,19 @@ SPECULATIVE_RANGES = {
     "num_draft_tokens": count(1, 1024),
 }
 
+# Keys of relaunch_probe: the probe module's ranges (duration_s is its duration).
+PROBE_KEYS = {"concurrency": PROBE_RANGES["concurrency"], "duration_s": PROBE_RANGES["duration"],
+              "input_len": PROBE_RANGES["input_len"], "output_len": PROBE_RANGES["output_len"],
+              "max_requests": PROBE_RANGES["max_requests"], "route": None}
+
 # A wrong collection type is named here instead of failing deep in a filter.
 COLLECTION_TYPES = {
     "sglang_servers": (list, "a list of servers ({name, port, gpus, ...})"),
     "sglang_env": (dict, "a dict {NAME: value}"),
     "sglang_extra_args": (dict, "a dict {flag_name: value}"),
     "sglang_speculative": (dict, "a dict {algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens}"),
-    "relaunch_expect": (dict, "a dict {fact: {min: N, max: N}} or {fact: N}"),
+    "relaunch_expect": (dict, "a dict {fact: {min: N, max: N, max_drop_percent: P}} or {fact: N}"),
+    "relaunch_probe": (dict, "a dict {concurrency, duration_s, input_len, output_len, route, max_requests} ({} for none)"),
 }
 
 
@@ -92,6 +103,18 @@ def speculative_problems(speculative, name):
     return [problem for key, option_range in SPECULATIVE_RANGES.items()
             if speculative.get(key) not in (None, "")
             for problem in [value_problem(f"{name}.{key}", speculative[key], option_range)] if problem]
+
+
+def probe_problems(probe):
+    """Problems of relaunch_probe: unknown keys, ranges, the route."""
+    problems = [f"relaunch_probe: unknown key {key!r} (known: {', '.join(sorted(PROBE_KEYS))})"
+                for key in sorted(set(probe) - set(PROBE_KEYS))]
+    problems += [problem for key, option_range in PROBE_KEYS.items()
+                 if option_range and probe.get(key) not in (None, "")
+                 for problem in [value_problem(f"relaunch_probe.{key}", probe[key], option_range)] if problem]
+    if probe.get("route") not in (None, *ROUTES):
+        problems.append(f"relaunch_probe.route must be one of {', '.join(sorted(ROUTES))}, got {probe['route']!r}")
+    return problems
 
 
 def override_problems(server, label):
@@ -124,6 +147,8 @@ def option_problems(values):
             problems.append(f"{name} must be {shape}, got a {kind(value)}")
     if isinstance(values.get("sglang_speculative"), dict):
         problems += speculative_problems(values["sglang_speculative"], "sglang_speculative")
+    if isinstance(values.get("relaunch_probe"), dict):
+        problems += probe_problems(values["relaunch_probe"])
     api_key = api_key_problem(values.get("sglang_api_key"))
     if api_key:
         problems.append(api_key)

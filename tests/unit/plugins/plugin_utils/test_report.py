@@ -56,7 +56,7 @@ def test_expectations_check_ready_servers():
     assert expectation_failures(WAITS, {"max_mamba_cache_size": 1}) == ["gpu0: max_mamba_cache_size was not reported"]
     with pytest.raises(ExpectationError, match="expectation for max_running_requests must be numbers, got 'many'"):
         expectation_failures(WAITS, {"max_running_requests": "many"})
-    with pytest.raises(ExpectationError, match="must be {min: N} and/or {max: N}"):
+    with pytest.raises(ExpectationError, match="must be {min: N}, {max: N} and/or {max_drop_percent: P}"):
         expectation_failures(WAITS, {"max_running_requests": {"atleast": 1}})
 
 

@@ -1,0 +1,107 @@
+"""The run journal: lines appended and merged into runs, last good runs, comparisons, bounds."""
+
+import json
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import journal, run_lock
+
+SETTINGS_A = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--mamba-scheduler-strategy": "extra_buffer"},
+              "env": {}}
+SETTINGS_B = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--mamba-scheduler-strategy": "no_buffer"},
+              "env": {}}
+
+
+def entry(outcome="ready", settings=None, **facts):
+    settings = settings or SETTINGS_A
+    return {"outcome": outcome, "settings": settings, "model": settings["flags"]["--model-path"],
+            "facts": facts, "timings": {"ready_s": facts.pop("ready_s", 10.0)}}
+
+
+def line(run_id, servers, job="relaunch", time=1.0):
+    return {"v": 1, "time": time, "run_id": run_id, "job": job, "by": {}, "servers": servers}
+
+
+def test_append_read_and_merge_runs(tmp_path):
+    state_dir = str(tmp_path)
+    header = journal.run_header(state_dir, "relaunch", "run1", now=100.0)
+    assert journal.append(state_dir, header, {"gpu0": entry(max_running_requests=32)}) is None
+    assert journal.append(state_dir, dict(header, job="probe"), {"gpu0": {"probe": {"output_tok_s": 1280.0}}}) is None
+    assert journal.append(state_dir, journal.run_header(state_dir, "status", None, now=200.0),
+                          {"gpu0": {"outcome": "ready"}}) is None
+    (tmp_path / journal.JOURNAL_NAME).open("a").write('{"torn": \n')
+    runs = journal.runs(journal.read_records(state_dir))
+    assert [(run["run_id"], run["job"]) for run in runs] == [("run1", "relaunch"), (None, "status")]
+    merged = runs[0]["servers"]["gpu0"]
+    assert merged["facts"] == {"max_running_requests": 32} and merged["probe"] == {"output_tok_s": 1280.0}
+
+
+def test_header_names_who_ran_it_from_the_lease(tmp_path):
+    state_dir = str(tmp_path)
+    run = {"run_id": "r1", "controller": "laptop", "controller_pid": 1, "user": "ops", "awx_job_id": "42"}
+    assert run_lock.try_claim(state_dir, run, 600)
+    assert journal.run_header(state_dir, "relaunch", "r1")["by"] == {"controller": "laptop", "user": "ops",
+                                                                     "awx_job_id": "42"}
+    assert journal.run_header(state_dir, "relaunch", "other")["by"] == {}
+
+
+def test_last_good_skips_failures_other_models_and_the_current_run():
+    runs = journal.runs([
+        line("r1", {"gpu0": entry(max_running_requests=32)}),
+        line("r2", {"gpu0": entry("crashed", SETTINGS_B)}),
+        line("r3", {"gpu0": entry(settings=dict(SETTINGS_A, flags={"--model-path": "/m/other"}))}),
+        line("s1", {"gpu0": {"outcome": "ready"}}, job="status"),
+        line("r4", {"gpu0": entry(settings=SETTINGS_B)}),
+    ])
+    assert journal.last_good(runs, "gpu0", "/m/a", before_run_id="r4")["run_id"] == "r1"
+    assert journal.last_good(runs, "gpu0")["run_id"] == "r4"
+    assert journal.last_good(runs, "gpu1") is None
+    assert journal.previous_settings(runs, "gpu0") == SETTINGS_B
+
+
+def test_compare_gives_changes_and_deltas():
+    good = {"run_id": "r1", "time": 1.0, "entry": dict(entry(max_running_requests=32, max_total_num_tokens=1210000,
+                                                             ready_s=212.0), probe={"output_tok_s": 1280.0})}
+    now = dict(entry(settings=SETTINGS_B, max_running_requests=53, max_total_num_tokens=2260000, ready_s=95.0),
+               probe={"output_tok_s": 2120.0})
+    compared = journal.compare(good, now)
+    assert compared["changed"] == [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer",
+                                    "after": "no_buffer"}]
+    assert compared["facts"]["max_running_requests"] == {"before": 32, "after": 53}
+    assert compared["timings"] == {"ready_s": {"before": 212.0, "after": 95.0}}
+    assert compared["probe"]["output_tok_s"] == {"before": 1280.0, "after": 2120.0}
+
+
+def test_bounded_but_keeps_each_servers_last_good(tmp_path, monkeypatch):
+    state_dir = str(tmp_path)
+    monkeypatch.setattr(journal, "MAX_BYTES", 4000)
+    journal.append(state_dir, journal.run_header(state_dir, "relaunch", "good", now=1.0),
+                   {"gpu0": entry(max_running_requests=32)})
+    for index in range(100):
+        journal.append(state_dir, journal.run_header(state_dir, "relaunch", f"bad{index}", now=2.0 + index),
+                       {"gpu0": entry("crashed")})
+    assert (tmp_path / journal.JOURNAL_NAME).stat().st_size <= 4000
+    records = journal.read_records(state_dir)
+    assert records[0]["run_id"] == "good" and records[-1]["run_id"] == "bad99"
+    assert journal.last_good(journal.runs(records), "gpu0")["run_id"] == "good"
+
+
+def test_unwritable_journal_is_reported_not_raised(tmp_path):
+    (tmp_path / journal.JOURNAL_NAME).symlink_to(tmp_path / "elsewhere")
+    error = journal.append(str(tmp_path), journal.run_header(str(tmp_path), "stop"), {})
+    assert "was not written" in error and not (tmp_path / "elsewhere").exists()
+
+
+def test_relaunch_entry_and_timings():
+    report = {"status": "ready", "pid": 7, "seconds_to_ready": 95.0, "facts": {"max_running_requests": 53},
+              "timeline": [{"phase": "initializing", "timestamp": "2026-12-01 10:00:00"},
+                           {"phase": "loading_weights", "timestamp": "2026-12-01 10:00:05"},
+                           {"phase": "capturing_cuda_graph", "timestamp": "2026-12-01 10:00:50"},
+                           {"phase": "warming_up", "timestamp": "2026-12-01 10:01:20"},
+                           {"phase": "ready", "timestamp": "2026-12-01 10:01:35"}]}
+    made = journal.relaunch_entry(report, {"weight_load_seconds": 41.5, "kv_cache_tokens": 2260000},
+                                  {"script_sha256": "abc", "settings": SETTINGS_B, "launcher": "detached"},
+                                  "relaunched", previous=SETTINGS_A)
+    assert made["timings"] == {"weights_s": 41.5, "cuda_graph_s": 30, "warmup_s": 15, "ready_s": 95.0}
+    assert made["facts"] == {"max_running_requests": 53, "kv_cache_tokens": 2260000}
+    assert made["changed"][0]["setting"] == "--mamba-scheduler-strategy"
+    assert made["model"] == "/m/a" and "error" not in made
+    json.dumps(made)

@@ -1,0 +1,116 @@
+"""Reports of the tuning loop: the since-last-good lines, relative expectations, the probe table, the history."""
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
+    ExpectationError,
+    comparison_text,
+    expectation_failures,
+    history_table,
+    probe_lines,
+    relaunch_summary,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
+    option_problems,
+)
+
+COMPARED = {
+    "run_id": "3f2a9c0112", "time": 1764583320.0,
+    "changed": [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}],
+    "facts": {"max_running_requests": {"before": 32, "after": 64},
+              "max_total_num_tokens": {"before": 1210000, "after": 2260000},
+              "context_len": {"before": 262144, "after": 262144}},
+    "timings": {"ready_s": {"before": 212.0, "after": 95.0}},
+    "probe": {},
+}
+SERVER = {"name": "gpu0", "gpus": [0], "port": 30000}
+
+
+def test_the_issues_side_by_side_line():
+    assert comparison_text(COMPARED) == ("--mamba-scheduler-strategy extra_buffer -> no_buffer; "
+                                         "max_running_requests 32 -> 64, max_total_num_tokens 1.21M -> 2.26M, "
+                                         "ready 212 s -> 95 s")
+    same = dict(COMPARED, changed=[], facts={}, timings={"ready_s": {"before": 5.04, "after": 4.96}})
+    assert comparison_text(same) == "same settings; ready 5.0 s -> 5.0 s"
+
+
+def test_summary_compares_only_relaunched_servers():
+    waits = [{"name": "gpu0", "status": "ready", "phase": "ready", "seconds_to_ready": 95.0, "facts": {},
+              "since_last_good": COMPARED}]
+    lines = relaunch_summary([SERVER], [{"name": "gpu0", "action": "relaunched"}], waits)
+    assert lines[-2] == "since the last good run:"
+    assert lines[-1].startswith("  gpu0 vs run 3f2a9c01 of ") and "32 -> 64" in lines[-1]
+    unchanged = relaunch_summary([SERVER], [{"name": "gpu0", "action": "unchanged"}], waits)
+    assert "since the last good run:" not in unchanged
+    first = relaunch_summary([SERVER], [{"name": "gpu0", "action": "launched"}],
+                             [dict(waits[0], since_last_good=None)])
+    assert first[-1] == "  gpu0: no earlier run of this model came up on this host (nothing to compare)"
+
+
+def waited(value, before):
+    compared = dict(COMPARED, facts={"max_total_num_tokens": {"before": before, "after": value}})
+    return {"name": "gpu0", "status": "ready", "facts": {"max_total_num_tokens": value}, "since_last_good": compared}
+
+
+def test_relative_expectation_names_both_numbers():
+    expect = {"max_total_num_tokens": {"max_drop_percent": 10}}
+    assert expectation_failures([waited(1100000, 1210000)], expect) == []
+    [failure] = expectation_failures([waited(6050, 1210000)], expect)
+    assert failure.startswith("gpu0: max_total_num_tokens=6050 dropped 99.5 % against 1210000 in the last good run "
+                              "3f2a9c01 of ")
+    assert failure.endswith("(at most 10 % allowed)")
+    assert expectation_failures([dict(waited(6050, 1), since_last_good=None)], expect) == [], "nothing to compare"
+    with pytest.raises(ExpectationError, match="max_drop_percent for max_total_num_tokens must be 0-100"):
+        expectation_failures([waited(1, 2)], {"max_total_num_tokens": {"max_drop_percent": 150}})
+
+
+def test_expectations_read_the_probes_figures():
+    probe = {"name": "gpu0", "status": "probed", "output_tok_s": 900.0,
+             "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 900.0}}}}
+    wait = {"name": "gpu0", "status": "ready", "facts": {}, "since_last_good": dict(COMPARED, facts={})}
+    [failure] = expectation_failures([wait], {"output_tok_s": {"max_drop_percent": 5}}, [probe])
+    assert "output_tok_s=900 dropped 29.7 % against 1280" in failure
+    assert expectation_failures([wait], {"errors": {"max": 0}}, [dict(probe, errors=0)]) == []
+
+
+def test_probe_table_with_capacity_and_delta():
+    capacity = {"bound": "mamba", "evidence": "32 running = max_running_requests", "advice": "try no_buffer",
+                "figures": {}}
+    probe = {"host": {"concurrency": 96, "window_s": 30.0, "output_tok_s": 2560.0, "requests_s": 40.0,
+                      "ttft_p50_s": 0.2, "ttft_p90_s": 0.9, "e2e_p50_s": 1.4, "e2e_p90_s": 2.1, "errors": 0},
+             "servers": [{"name": "gpu0", "status": "probed", "output_tok_s": 1920.0, "requests_s": 20.0,
+                          "ttft_p50_s": 0.1, "ttft_p90_s": 0.2, "e2e_p50_s": 1.3, "e2e_p90_s": 1.4, "errors": 0,
+                          "capacity": capacity,
+                          "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1920.0}}}},
+                         {"name": "x", "status": "refused", "error": "x not probed: no state file"}]}
+    lines = probe_lines(probe)
+    assert lines[0].startswith("throughput probe (1 servers, 96 requests in flight, 30.0 s): 2560.0 output tok/s")
+    assert lines[2].split()[:5] == ["gpu0", "1920.0", "+50%", "vs", "1280"]
+    assert lines[2].endswith("mamba pool bound: 32 running = max_running_requests: try no_buffer")
+    assert lines[-1] == "x not probed: no state file"
+    assert probe_lines({}) == []
+
+
+def test_history_table():
+    entry = {"outcome": "ready", "changed": COMPARED["changed"], "facts": {"max_running_requests": 53},
+             "timings": {"ready_s": 95.0}, "probe": {"output_tok_s": 1920.0}}
+    runs = [{"run_id": "r1", "time": 1764583320.0, "job": "relaunch", "by": {"user": "ops", "awx_job_id": "42"},
+             "servers": {"gpu0": entry, "gpu1": dict(entry, outcome="crashed", facts={"max_running_requests": 32},
+                                                     probe={})}},
+            {"run_id": "r2", "time": 1764583400.0, "job": "stop", "by": {"user": "ops", "controller": "laptop"},
+             "servers": {"gpu0": {"outcome": "stopped"}}}]
+    header, first, second = history_table(runs)
+    assert header.split() == ["time", "job", "run", "by", "outcome", "changed", "max_running_requests",
+                              "max_total_num_tokens", "slowest_ready_s", "probe_tok/s"]
+    assert first.split()[2:] == ["relaunch", "r1", "ops", "(AWX", "job", "42)", "1/2", "up", "(crashed)",
+                                 "--mamba-scheduler-strategy", "32-53", "-", "95.0", "1920.0"]
+    assert second.split()[2:6] == ["stop", "r2", "ops@laptop", "1"]
+
+
+def test_probe_settings_are_checked_before_anything_is_touched():
+    assert option_problems({"relaunch_probe": {"concurrency": 64, "duration_s": "30"}}) == []
+    problems = option_problems({"relaunch_probe": {"duration_s": -5, "route": "chat", "threads": 3}})
+    assert problems == [("relaunch_probe: unknown key 'threads' (known: concurrency, duration_s, input_len, "
+                        "max_requests, output_len, route)"),
+                        problems[1], "relaunch_probe.route must be one of completions, generate, got 'chat'"]
+    assert problems[1].startswith("relaunch_probe.duration_s")
+    assert option_problems({"relaunch_probe": "yes"})[0].startswith("relaunch_probe must be a dict")
