@@ -1,8 +1,11 @@
 """The tuning loop end to end on a simulated host: run journal, side-by-side summary, history, throughput probe,
 capacity advice (issue: close the tuning loop)."""
 
+import http.client
 import json
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -149,3 +152,36 @@ def test_probe_refuses_servers_that_are_not_ours(ansible, host_args, make_server
         assert bad["failed"] and "duration" in bad["msg"]
     finally:
         foreign.kill()
+
+
+def _stream(port, max_new_tokens):
+    """One streaming /generate request read to its end (the load status.yml looks at)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {"input_ids": [7] * 64, "stream": True, "sampling_params": {"max_new_tokens": max_new_tokens}}
+    connection.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    while response.readline():
+        pass
+    connection.close()
+
+
+def test_status_names_the_binding_constraint_under_load(sim_host, hybrid_model):
+    settings = {"sglang_gpu_count": 1, "sglang_model_path": hybrid_model, "sglang_max_mamba_cache_size": 160,
+                "sglang_mamba_scheduler_strategy": "extra_buffer", "sglang_enable_metrics": True}
+    assert sim_host.run("relaunch", settings).rc == 0
+    idle = sim_host.run("status", settings)
+    assert idle.task("Fleet status")[0]["msg"][-1].startswith("gpu0: idle: 0 running, queue 0")
+
+    # 40 requests of 30 s each: 32 run (the mamba pool's limit), 8 wait, for longer than status.yml takes.
+    clients = [threading.Thread(target=_stream, args=(sim_host.port(0), 1200), daemon=True) for _client in range(40)]
+    for client in clients:
+        client.start()
+    time.sleep(2)  # past SGLang's decode log interval, which publishes the gauges
+    busy = sim_host.run("status", settings)
+    assert busy.rc == 0
+    assert busy.task("Fleet status")[0]["msg"][-1] == (
+        "gpu0: mamba pool bound: mamba_usage 1.00 vs token_usage 0.00, 32 running = max_running_requests, queue 8: "
+        "try `--mamba-scheduler-strategy no_buffer` or a larger `--max-mamba-cache-size`")
+    record = json.loads((sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()[-1])
+    assert record["job"] == "status" and record["servers"]["gpu0"]["capacity"]["bound"] == "mamba"
+    assert record["by"]["user"], "a status run says who ran it"
