@@ -66,4 +66,7 @@ class FilterModule:
             "fleet_problems": report.fleet_problems,
             "stop_summary": report.stop_summary,
             "history_table": report.history_table,
+            "rollback_candidates": report.rollback_candidates,
+            "rollback_outcomes": report.rollback_outcomes,
+            "throughput_regressions": report.throughput_regressions,
         }

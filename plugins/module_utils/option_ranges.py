@@ -30,6 +30,11 @@ def fraction(low, high):
     return Range(low, high, "", None, exclusive=True)
 
 
+def percent():
+    """0-100 %, both included."""
+    return Range(0, 100, "%", None)
+
+
 # Options several modules share take the same range.
 PROGRESS_INTERVAL = seconds(0.1, 600)
 LOCK_TIMEOUT = seconds(0, 86400)

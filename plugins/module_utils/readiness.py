@@ -22,6 +22,7 @@ import time
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     journal,
+    last_good,
     option_ranges,
     procfs,
     run_lock,
@@ -90,6 +91,7 @@ WAIT_ARGUMENT_SPEC = {
     **argument_specs.STATE_DIR,
     "run_id": {"type": "str"},
     "release_run": {"type": "bool", "default": False},
+    "hold_on_failure": {"type": "bool", "default": False},
     **argument_specs.JOURNAL,
 }
 WAIT_RANGES = dict(
@@ -438,12 +440,26 @@ def wait_slice(params, carry=None, check_mode=False):
         _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
+    if not check_mode:
+        keep_last_good(params, trackers)
     if params["journal"] and not check_mode:
         result["journal_error"] = journal_relaunch(params, trackers)
-    if params["release_run"] and params.get("run_id") and not check_mode:
+    keep_hold = params["hold_on_failure"] and result["not_ready"]
+    if params["release_run"] and params.get("run_id") and not check_mode and not keep_hold:
         # The run's last call to the host: giving it back here saves the release's round trip.
         result["released"] = run_lock.release(params["state_dir"], params["run_id"])
     return result
+
+
+def keep_last_good(params, trackers):
+    """The script of every ready server becomes its last good configuration (what a rollback goes back to)."""
+    for tracker in trackers:
+        if STATES[tracker.result["status"]].ready:
+            state = read_state(params["state_dir"], tracker.name)
+            if state and state.get("pid") == tracker.pid:
+                problem = last_good.keep(params["state_dir"], tracker.name, state, params.get("run_id"))
+                if problem:
+                    tracker.result["last_good_error"] = problem
 
 
 def journal_relaunch(params, trackers):

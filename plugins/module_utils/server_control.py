@@ -19,6 +19,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     host_job,
     journal,
+    last_good,
     launch_settings,
     launchers,
     option_ranges,
@@ -62,6 +63,7 @@ SERVER_RANGES = dict(
     lock_timeout=option_ranges.LOCK_TIMEOUT,
     log_generations=option_ranges.count(1, 100),
     progress_interval=option_ranges.PROGRESS_INTERVAL,
+    max_changes=option_ranges.count(1, 4096),
 )
 
 STATES = ("started", "restarted", "stopped")
@@ -258,7 +260,7 @@ class ServerPlan:
     @property
     def changes(self):
         """Stopped and/or launched: its GPUs and port are checked, its GPU memory verified."""
-        return self.action not in ("unchanged", "already_stopped")
+        return self.action not in ("unchanged", "already_stopped", "deferred")
 
     def targets(self):
         return {**self.blockers, **self.processes}
@@ -298,6 +300,10 @@ class ServerControl:
         self.events = []
         self.act_started = None
         self.scripts = {script["name"]: script for script in params.get("scripts") or []}
+        # rollback: the servers going back to their last good script (name -> its record), and those that have none.
+        self.rollback_to, self.no_last_good = {}, []
+        if params.get("rollback"):
+            self._take_last_good()
         self.secrets = list(params.get("secrets") or [])
 
     # ---- reading the host --------------------------------------------------------------------
@@ -308,6 +314,22 @@ class ServerControl:
         except NvidiaSmiError as exc:
             raise ServerControlError(str(exc))
 
+    def _take_last_good(self):
+        """For a rollback: each server's last good script becomes the one to launch; one without is stopped."""
+        if self.scripts:
+            raise ServerControlError("invalid request: rollback launches the servers' last good scripts; "
+                                     "pass no scripts with it")
+        if self.params["state"] != "restarted":
+            raise ServerControlError(f"invalid request: rollback relaunches servers: state must be restarted, "
+                                     f"not {self.params['state']}")
+        for spec in self.params["servers"]:
+            text = last_good.script(self.state_dir, spec["name"])
+            if text is None or not spec.get("launch_script"):
+                self.no_last_good.append(spec["name"])
+                continue
+            self.scripts[spec["name"]] = {"name": spec["name"], "path": spec["launch_script"], "content": text}
+            self.rollback_to[spec["name"]] = last_good.record(self.state_dir, spec["name"])
+
     def _script(self, spec):
         """``(sha256, text)`` of the script the server will run: the one given, else the one on disk."""
         given = self.scripts.get(spec["name"])
@@ -316,7 +338,8 @@ class ServerControl:
         return read_script(spec["launch_script"])
 
     def _plan(self, spec):
-        state = self.params["state"]
+        # A rollback stops a server that has no last good configuration rather than run the one that failed.
+        state = "stopped" if spec["name"] in self.no_last_good else self.params["state"]
         recorded = read_state(self.state_dir, spec["name"])
         recorded_launcher = server_plan.recorded_settings(recorded)["launcher"]
         stop_launcher = self.launchers.get(recorded_launcher, self.launchers[server_plan.DEFAULT_LAUNCHER])
@@ -598,7 +621,7 @@ class ServerControl:
         entries = {plan.name: {key: value for key, value in (
             ("action", plan.action), ("outcome", "down" if plan.down else plan.action),
             ("error", plan.error), ("gpu_memory_after_mib", plan.gpu_memory_after or None)) if value is not None}
-            for plan in plans if stopping or plan.down}
+            for plan in plans if stopping or plan.down or plan.name in self.no_last_good}
         if entries:
             header = journal.run_header(self.state_dir, "stop" if stopping else "relaunch", self.params.get("run_id"))
             result["journal_error"] = journal.append(self.state_dir, header, entries)
@@ -666,7 +689,19 @@ class ServerControl:
             "gpu_memory_after_mib": plan.gpu_memory_after,
             "gpu_holders": plan.gpu_holders,
             "timings": plan.timings,
+            **self._rollback_result(plan),
         }
+
+    def _rollback_result(self, plan):
+        """With rollback: the run whose configuration the server went back to, or that it had none."""
+        if plan.name in self.rollback_to:
+            to = self.rollback_to[plan.name]
+            return {"rollback": {"to_run_id": to.get("run_id"), "to_time": to.get("time"),
+                                 "script_sha256": to["script_sha256"]}}
+        if plan.name in self.no_last_good:
+            return {"rollback": {"error": f"{plan.name} has no last good configuration (it never came up with "
+                                          "another one on this host): left stopped"}}
+        return {}
 
     def _result(self, plans):
         failed = [plan for plan in plans if plan.step == STEP_FAILED]
@@ -744,15 +779,26 @@ class ServerControl:
             raise ServerControlError(f"{problem}; nothing was touched")
         present = {gpu["index"]: gpu for gpu in self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
-        plans = [self._plan(spec) for spec in self.params["servers"]]
+        plans = self._defer_beyond_max_changes([self._plan(spec) for spec in self.params["servers"]])
         # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
         _require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
         for plan in plans:
             plan.gpu_memory_before = _gpu_keyed({
                 gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
         self._check_conflicts(plans)
-        scripts, diffs = self._write_scripts(plans, check_mode)
+        scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
         return plans, scripts, diffs
+
+    def _defer_beyond_max_changes(self, plans):
+        """A canary: only the first ``max_changes`` servers that need a change get it; the others keep running
+        what they run, their scripts untouched, until a later call."""
+        limit = self.params.get("max_changes")
+        if limit:
+            for plan in [plan for plan in plans if plan.changes][limit:]:
+                plan.action = "deferred"
+                plan.reason = f"deferred: at most {limit} servers change in this call (max_changes); would be " + \
+                    plan.reason
+        return plans
 
 
 def _state_of(pid):

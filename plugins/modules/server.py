@@ -189,6 +189,22 @@ options:
     type: str
     choices: [started, restarted, stopped]
     default: started
+  rollback:
+    description:
+      - Relaunch every listed server with its last good configuration - the launch script it ran when it last
+        reached ready (kept by M(gpuops.sglang.wait) in C(<state_dir>/last-good/)) - and restore that script as its
+        O(servers[].launch_script), so a reboot or a hand start runs it too. Requires O(state=restarted) and no
+        O(scripts).
+      - A server without a last good configuration is stopped instead (its GPUs verified free) and
+        RV(servers[].rollback.error) says so.
+    type: bool
+    default: false
+  max_changes:
+    description:
+      - A canary - at most this many of the servers that need a change get it in this call (the first ones, in the
+        order of O(servers)); the others are reported V(deferred), keep running what they run, and their scripts
+        are not written (1-4096).
+    type: int
   stop_timeout:
     description: Seconds to wait after SIGTERM before sending SIGKILL to what is left (0-3600).
     type: float
@@ -273,8 +289,14 @@ servers:
     action:
       description: What was done (in check mode, what would be done).
       type: str
-      choices: [unchanged, launched, relaunched, stopped, already_stopped]
+      choices: [unchanged, launched, relaunched, stopped, already_stopped, deferred]
       sample: relaunched
+    rollback:
+      description:
+        - With O(rollback), the last good configuration the server went back to - C(to_run_id), C(to_time) (epoch),
+          C(script_sha256) - or C(error) when it had none (it was stopped).
+      returned: with O(rollback)
+      type: dict
     error:
       description: Why this server failed (its GPU not freed, processes surviving SIGKILL, its launch); null when it did not.
       type: str
@@ -414,6 +436,8 @@ ARGUMENT_SPEC = {
         "pid_file": {"type": "path"},
     }},
     "state": {"type": "str", "choices": list(STATES), "default": "started"},
+    "rollback": {"type": "bool", "default": False},
+    "max_changes": {"type": "int"},
     "scripts": {"type": "list", "elements": "dict", "default": [], "options": {
         "name": {"type": "str", "required": True},
         "path": {"type": "path", "required": True},

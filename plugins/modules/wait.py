@@ -126,6 +126,12 @@ options:
         a run, one round trip fewer. An interrupted wait does not release; the caller's own release still does.
     type: bool
     default: false
+  hold_on_failure:
+    description:
+      - With O(release_run), keep the hold when a server is not ready - the caller acts on the failure (a rollback)
+        and gives the host back afterwards.
+    type: bool
+    default: false
   _carry:
     description:
       - Internal, set by the action plugin - the state of the trackers after the previous slice. Do not set it.

@@ -60,7 +60,7 @@ def interrupted_lines(interrupted_runs):
             for run in interrupted_runs or []]
 
 
-def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None):
+def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None, rollbacks=None):
     """One line per server: GPUs, port, what the server module did, readiness and what it configured; then what
     changed since each server's last good run and, with a throughput ``probe`` result, its figures."""
     actions, waits = _by_name(server_results), _by_name(wait_results)
@@ -86,7 +86,64 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     down = [result["name"] for result in server_results or [] if result.get("down")]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
     return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
-            + since_last_good_lines(servers, actions, waits) + probe_lines(probe))
+            + since_last_good_lines(servers, actions, waits) + rollback_lines(rollbacks) + probe_lines(probe))
+
+
+# What a new configuration may fail with so that its server goes back to its last good one (not "replaced":
+# another run owns the server then).
+ROLLBACK_STATUSES = ("crashed", "stalled", "timeout")
+
+
+def rollback_candidates(wait_results):
+    """Names of the servers that did not come up with the configuration just launched."""
+    return [result["name"] for result in wait_results or [] if result["status"] in ROLLBACK_STATUSES]
+
+
+def rollback_outcomes(server_results, wait_results, reasons=None):
+    """One record per server of a rollback call: where it went back to and whether it came up there.
+
+    ``reasons``: {name: why} for servers rolled back although they came up (a canary whose throughput regressed).
+    """
+    waits = _by_name(wait_results)
+    outcomes = []
+    for result in server_results or []:
+        rollback = result.get("rollback") or {}
+        waited = waits.get(result["name"]) or {}
+        outcomes.append({"name": result["name"], "to_run_id": rollback.get("to_run_id"),
+                         "to_time": rollback.get("to_time"), "error": rollback.get("error") or result.get("error"),
+                         "status": waited.get("status") or ("down" if result.get("down") else "stopped"),
+                         "msg": waited.get("msg"), "reason": (reasons or {}).get(result["name"])})
+    return outcomes
+
+
+def _rollback_words(outcome):
+    if outcome["to_run_id"] is None:
+        return outcome["error"] or "no last good configuration: left stopped"
+    where = f"rolled back to the configuration of run {outcome['to_run_id'][:8]} of {_when(outcome['to_time'])}"
+    if outcome["status"] == "ready":
+        return f"{where}: ready again"
+    return f"{where}, which failed too (not retried): {outcome['msg'] or outcome['error'] or outcome['status']}"
+
+
+def rollback_lines(rollbacks):
+    """``rolled back:`` then one line per server: why, to which run, and whether it serves again."""
+    if not rollbacks:
+        return []
+    return ["rolled back:"] + [f"  {outcome['name']}: " + (f"{outcome['reason']}; " if outcome["reason"] else "")
+                               + _rollback_words(outcome) for outcome in rollbacks]
+
+
+def throughput_regressions(probe_results, max_drop_percent):
+    """``{name: why}`` of the probed servers whose output tok/s fell more than ``max_drop_percent`` below their
+    last good run's probe (no earlier probe: nothing to compare)."""
+    regressed = {}
+    for result in probe_results or []:
+        pair = ((result.get("since_last_good") or {}).get("probe") or {}).get("output_tok_s") or {}
+        before, after = pair.get("before"), pair.get("after")
+        if before and after is not None and 100.0 * (before - after) / before > float(max_drop_percent):
+            regressed[result["name"]] = (f"output {after:.0f} tok/s is {100.0 * (before - after) / before:.0f} % "
+                                         f"below {before:.0f} of its last good run (at most {max_drop_percent} %)")
+    return regressed
 
 
 def _pair(first, second):
@@ -177,23 +234,32 @@ def since_last_good_lines(servers, actions, waits):
 TRACEBACK_TAIL_LINES = 12
 
 
-def relaunch_failures(servers, wait_results, server_results=None):
-    """Why each server is not ready (with the tail of its traceback); halted batches were never waited for."""
-    waits, actions = _by_name(wait_results), _by_name(server_results)
+def relaunch_failures(servers, wait_results, server_results=None, rollbacks=None):
+    """Why each server is not ready (with the tail of its traceback); halted batches were never waited for. A
+    server that was rolled back says where to and whether it serves again - the run fails all the same."""
+    waits, actions, rolled_back = _by_name(wait_results), _by_name(server_results), _by_name(rollbacks)
     failures = []
     for server in servers:
         waited = waits.get(server["name"])
         acted = actions.get(server["name"], {})
+        rollback = rolled_back.get(server["name"])
         if acted.get("error"):
-            failures.append(acted["error"])
+            failure = acted["error"]
         elif waited is None:
-            failures.append(f"{server['name']}: not relaunched, an earlier batch failed")
+            failure = f"{server['name']}: not relaunched, an earlier batch failed"
         elif not STATES[waited["status"]].ready:
             failure = waited.get("msg") or f"{server['name']}: {waited['status']} in {waited.get('phase')}"
             traceback = ((waited.get("error") or {}).get("traceback") or "").rstrip()
             if traceback:
                 failure += "\n" + "\n".join(traceback.splitlines()[-TRACEBACK_TAIL_LINES:])
-            failures.append(failure)
+        elif rollback and rollback["reason"]:
+            failure = f"{server['name']}: {rollback['reason']}"
+        else:
+            continue
+        if rollback:
+            why = "" if rollback["reason"] else "the new configuration failed; "
+            failure += f"\n{server['name']}: {why}{_rollback_words(rollback)}"
+        failures.append(failure)
     return failures
 
 

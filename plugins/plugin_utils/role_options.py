@@ -15,6 +15,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
     count,
     fraction,
     kind,
+    percent,
     range_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import WAIT_RANGES
@@ -56,6 +57,8 @@ ROLE_OPTION_RANGES = {
     "relaunch_probe_timeout": WAIT_RANGES["probe_timeout"],
     "relaunch_progress_interval": WAIT_RANGES["progress_interval"],
     "relaunch_history_last": count(1, 1000),
+    "relaunch_canary": count(0, 4096),
+    "relaunch_canary_max_drop_percent": percent(),
 }
 
 # Numeric keys of sglang_speculative (and of a server's speculative override).

@@ -1,0 +1,72 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Each server's last good configuration: a copy of the launch script it ran when it last reached ready.
+
+``<state_dir>/last-good/<name>.sh`` (0700: a script may hold the API key) and ``<name>.json`` (the run it came
+up in: ``run_id``, ``time``, ``script_sha256``, ``launch_script``). Written by the wait when a server is ready,
+and only when the script on disk is the one the server runs (a hand edit since the launch is not what came up);
+a later failed run never touches it, a reboot keeps it. A rollback (gpuops.sglang.server ``rollback``) launches
+it again and restores it as the server's launch script.
+"""
+
+import json
+import os
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
+    read_json_object,
+    read_no_follow,
+    write_atomic,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
+    sha256_text,
+)
+
+LAST_GOOD_DIR = "last-good"
+SCRIPT_MODE = 0o700
+
+
+def _path(state_dir, name, suffix):
+    return os.path.join(state_dir, LAST_GOOD_DIR, name + suffix)
+
+
+def keep(state_dir, name, state, run_id, now=None):
+    """Record the script of ``state`` (the server's state file) as its last good one; returns why not, or None."""
+    script_path, recorded = (state or {}).get("launch_script"), (state or {}).get("script_sha256")
+    if not script_path or not recorded:
+        return "no launch script recorded"
+    try:
+        text = read_no_follow(script_path).decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        return f"cannot read {script_path}: {exc}"
+    if sha256_text(text) != recorded:
+        return f"{script_path} changed since the launch; the script that came up is not on disk"
+    current = record(state_dir, name)
+    try:
+        os.makedirs(os.path.join(state_dir, LAST_GOOD_DIR), 0o700, exist_ok=True)
+        if not current or current.get("script_sha256") != recorded or script(state_dir, name) != text:
+            write_atomic(_path(state_dir, name, ".sh"), text, SCRIPT_MODE)
+        write_atomic(_path(state_dir, name, ".json"), json.dumps({
+            "run_id": run_id, "time": round(now or time.time(), 3), "script_sha256": recorded,
+            "launch_script": script_path}, sort_keys=True), 0o644)
+    except OSError as exc:
+        return f"cannot keep the last good configuration of {name} in {state_dir}: {exc}"
+    return None
+
+
+def record(state_dir, name):
+    """``{run_id, time, script_sha256, launch_script}`` of the server's last good configuration, or None."""
+    found = read_json_object(_path(state_dir, name, ".json"))
+    return found if found and found.get("script_sha256") else None
+
+
+def script(state_dir, name):
+    """The text of the last good launch script, or None (absent, unreadable or not the recorded one)."""
+    found = record(state_dir, name)
+    if not found:
+        return None
+    try:
+        text = read_no_follow(_path(state_dir, name, ".sh")).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    return text if sha256_text(text) == found["script_sha256"] else None

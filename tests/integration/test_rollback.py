@@ -1,0 +1,105 @@
+"""Fail safe (issue: canary first, and roll back to the last configuration that came up), end to end on a
+simulated host through ansible-playbook."""
+
+import json
+import os
+
+EAGLE3 = {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+
+
+def failures(result):
+    return result.task("Check that every server is ready")[0]["msg"]
+
+
+def summary(result):
+    return result.task("Summary")[0]["msg"]
+
+
+def state(sim_host, name):
+    with open(sim_host.dir / "state" / f"{name}.json") as handle:
+        return json.load(handle)
+
+
+def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_traceback(sim_host):
+    # The seed case: TP=8, EAGLE3 added to a working configuration, the draft worker crashes while it starts.
+    settings = {"sglang_tp_size": 8}
+    assert sim_host.run("relaunch", settings).rc == 0
+    good = state(sim_host, "gpu0-7")
+    good_script = sim_host.script("gpu0-7").read_text()
+
+    eagle = dict(settings, sglang_speculative=dict(EAGLE3, draft_model_path=sim_host.host_vars["sglang_model_path"]),
+                 sglang_env=dict(sim_host.host_vars["sglang_env"], SGLANG_SIM_FAULT="draft_crash"))
+    failed = sim_host.run("relaunch", eagle)
+    assert failed.rc != 0
+    [message] = failures(failed)
+    assert message.startswith("gpu0-7 crashed in loading_weights (draft model)")
+    assert 'File "' in message and 'in load_weights' in message, "the traceback tail is in the failure"
+    assert message.splitlines()[-1].startswith(
+        f"gpu0-7: the new configuration failed; rolled back to the configuration of run {good['run_id'][:8]}")
+    assert message.endswith(": ready again")
+    assert "rolled back:" in summary(failed)
+
+    now = state(sim_host, "gpu0-7")
+    assert now["pid"] != good["pid"] and now["script_sha256"] == good["script_sha256"], "the old configuration serves"
+    assert sim_host.script("gpu0-7").read_text() == good_script, "the script on disk is the good one again"
+    assert "--speculative-algorithm" not in good_script
+    lines = [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
+    outcomes = [line["servers"]["gpu0-7"]["outcome"] for line in lines if line["job"] == "relaunch"]
+    assert outcomes == ["ready", "crashed", "ready"]
+
+    # The desired state is the user's: check mode shows the relaunch it would try, the next run tries it again.
+    check = sim_host.run("relaunch", eagle, args=["--check"])
+    assert [task["action"] for task in check.task("Bring servers")[0]["servers"]] == ["relaunched"]
+    again = sim_host.run("relaunch", eagle)
+    assert again.rc != 0 and failures(again)[0].endswith(": ready again")
+
+
+def test_a_canary_of_one_leaves_the_others_untouched_and_is_rolled_back(sim_host):
+    assert sim_host.run("relaunch").rc == 0
+    pids = {f"gpu{index}": state(sim_host, f"gpu{index}")["pid"] for index in range(8)}
+    scripts = {name: sim_host.script(name).read_text() for name in pids}
+
+    bad = sim_host.run("relaunch", {"relaunch_canary": 1, "sglang_extra_args": {"no_such_flag": True}})
+    assert bad.rc != 0
+    canary = [server for task in bad.task("Bring servers") for server in task.get("servers", [])
+              if server["action"] != "deferred"]
+    assert [server["name"] for server in canary if server.get("rollback") is None] == ["gpu0"]
+    for name in list(pids)[1:]:
+        assert state(sim_host, name)["pid"] == pids[name], f"{name} kept its process"
+        assert sim_host.script(name).read_text() == scripts[name], f"{name} kept its script"
+    assert sim_host.script("gpu0").read_text() == scripts["gpu0"], "the canary is back on its old script"
+    assert state(sim_host, "gpu0")["pid"] != pids["gpu0"]
+    messages = failures(bad)
+    assert messages[0].startswith("gpu0 crashed") and "unrecognized arguments: --no-such-flag" in messages[0]
+    assert messages[0].endswith(": ready again")
+    assert all(message.endswith("not relaunched, an earlier batch failed") for message in messages[1:])
+    assert len(messages) == 8
+
+
+def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_one_is_left_stopped(
+        sim_host, model_dir):
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 2}).rc == 0
+    # What broke the new configuration breaks the old one too: the model's config is gone.
+    os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
+    both = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_mem_fraction_static": 0.8})
+    assert both.rc != 0
+    rollback_calls = [task for task in both.task("Relaunch them with their last good configuration")]
+    assert len(rollback_calls) == 1, "one rollback, no loop"
+    for message in failures(both):
+        assert "which failed too (not retried)" in message.splitlines()[-1]
+
+    # A server that never came up here has no last good configuration: it is left stopped.
+    fresh = sim_host.run("relaunch", {"sglang_gpu_count": 3, "sglang_mem_fraction_static": 0.8})
+    assert fresh.rc != 0
+    [gpu2] = [message for message in failures(fresh) if message.startswith("gpu2")]
+    assert gpu2.splitlines()[-1] == ("gpu2: the new configuration failed; gpu2 has no last good configuration (it "
+                                     "never came up with another one on this host): left stopped")
+    assert sim_host.fake_gpus.used_mib(2) == 0
+
+
+def test_rollback_off_leaves_the_failed_server_as_it_failed(sim_host):
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 1}).rc == 0
+    off = sim_host.run("relaunch", {"sglang_gpu_count": 1, "relaunch_rollback": False,
+                                    "sglang_extra_args": {"no_such_flag": True}})
+    assert off.rc != 0 and not off.task("Relaunch them with their last good configuration")
+    assert "rolled back" not in "\n".join(failures(off))
