@@ -1595,13 +1595,30 @@ def make_handler(server):
         def log_message(self, fmt, *args):
             pass  # uvicorn's access line is written in send_response instead
 
+        def parse_request(self):
+            # The router's connection detection opens two gRPC (HTTP/2) connections to the HTTP port beside its
+            # GET /health. uvicorn (h11) takes their "PRI * HTTP/2.0" line for a request (a 404 and its access
+            # line) and the HTTP/2 frames after it for an invalid request.
+            if self.raw_requestline.startswith(b"PRI * HTTP/2.0"):
+                self.requestline = self.raw_requestline.decode("latin-1").rstrip("\r\n")
+                self.command, self.path, self.request_version = "PRI", "%2A", "HTTP/2.0"
+                self.close_connection = True
+                self.reply(404, {"detail": "Not Found"})
+                server.log.info("WARNING:  Invalid HTTP request received.")
+                return False
+            return super().parse_request()
+
         def send_response(self, code, message=None):
             super().send_response(code, message)
             phrase = http.server.BaseHTTPRequestHandler.responses.get(code, ("",))[0]
-            if not server.log.quiet:
-                host, port = self.client_address[:2]
-                write_line(1, f'[{timestamp()}] INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" '
-                              f"{code} {phrase}\n")
+            if server.log.quiet:
+                return
+            if not hasattr(self, "path"):  # a request line that does not parse: uvicorn logs no access line for it
+                server.log.info("WARNING:  Invalid HTTP request received.")
+                return
+            host, port = self.client_address[:2]
+            write_line(1, f'[{timestamp()}] INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" '
+                          f"{code} {phrase}\n")
 
         def reply(self, code, body=b"", content_type="application/json"):
             if isinstance(body, (dict, list)):
