@@ -1,0 +1,317 @@
+"""The router client against the REAL sglang-router 0.3.2 in front of simulated SGLang servers, on loopback.
+
+Each test starts the router (``python -m sglang_router.launch_router``, its HTTP and Prometheus ports
+explicit) and simulated servers (tests/simulator/sglang_sim.py through make_server's launch scripts). All of
+them carry the test's GPUOPS_TEST_TOKEN and are killed when the test ends; the router also gets SPT_NOENV=1,
+without which its setproctitle("sglang::router") wipes /proc/<pid>/environ, and the token with it.
+
+Requests are counted per server from the simulator's access lines: a stream's line is written when its
+answer starts, so a count is taken as soon as the requests are under way.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
+    HEALTHY,
+    RouterClient,
+    RouterError,
+)
+
+from .conftest import PYTHON, free_port_block, tagged_pids
+
+pytest.importorskip("sglang_router", reason="sglang-router is not installed (requirements/requirements.txt pins "
+                                            "sglang-router==0.3.2; run make, or pip install it into .venv)")
+
+# Short health checks so a draining server is judged within seconds; round_robin so every server gets requests
+# (cache_aware sent everything to one of two idle servers when the reference was written).
+ROUTER_FLAGS = ["--policy", "round_robin", "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
+                "--health-failure-threshold", "3", "--health-success-threshold", "2",
+                "--worker-startup-timeout-secs", "5", "--log-level", "info"]
+DECODE_RATE = 40  # tokens/s per request: a 100-token stream lasts 2.5 s
+ROUTES = ("/generate", "/v1/completions")
+ACCESS_LINE = re.compile(r'"POST (/generate|/v1/completions) HTTP/1\.1" 200')
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Router:
+    def __init__(self, process, url, log_path):
+        self.process, self.url, self.log_path = process, url, log_path
+
+    def log(self):
+        with open(self.log_path, errors="replace") as handle:
+            return ANSI.sub("", handle.read())
+
+
+class Server:
+    def __init__(self, spec, process):
+        self.name, self.port, self.log_path = spec["name"], spec["port"], spec["log_path"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = process
+
+    def log(self):
+        with open(self.log_path, errors="replace") as handle:
+            return handle.read()
+
+    def requests_served(self):
+        """Generation requests whose answer has started (warmup included)."""
+        return len(ACCESS_LINE.findall(self.log()))
+
+
+def get(port, path, timeout=5):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    except OSError:
+        return None, ""
+    finally:
+        connection.close()
+
+
+def stream(port, route, tokens, outcomes, api_key=None):
+    """One streaming request; appends (status, ended with [DONE], route) to ``outcomes``."""
+    if route == "/generate":
+        body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": tokens}, "stream": True}
+    else:  # the router rejects an OpenAI request without "model" (422), whatever the server would do
+        body = {"model": "default", "prompt": "The capital of France is", "max_tokens": tokens, "stream": True}
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", route, json.dumps(body), headers)
+        response = connection.getresponse()
+        text = response.read().decode()
+        outcomes.append((response.status, text.rstrip().endswith("data: [DONE]"), route))
+    except (OSError, http.client.HTTPException) as exc:
+        outcomes.append((repr(exc), False, route))
+    finally:
+        connection.close()
+
+
+def streams(port, count, tokens, api_key=None):
+    """Start ``count`` streams, alternating /generate and /v1/completions; returns (threads, outcomes)."""
+    outcomes = []
+    threads = [threading.Thread(target=stream, args=(port, ROUTES[i % 2], tokens, outcomes, api_key))
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads, outcomes
+
+
+def finish(threads, outcomes):
+    for thread in threads:
+        thread.join(60)
+    return outcomes
+
+
+@pytest.fixture
+def start_servers(make_server, tmp_path, wait_until):
+    """``start_servers(count)``: simulated one-GPU servers, ready (health 200); a list of Server."""
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    started = []
+
+    def start(count):
+        servers = []
+        for _ in range(count):
+            index = len(started)
+            spec = make_server(f"gpu{index}", [index], env={"SGLANG_SIM_DECODE_TOKENS_PER_S": str(DECODE_RATE)})
+            with open(spec["log_path"], "w") as log:
+                process = subprocess.Popen([spec["launch_script"]], stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT)
+            server = Server(spec, process)
+            started.append(server)
+            servers.append(server)
+        for server in servers:
+            wait_until(lambda server=server: get(server.port, "/health")[0] == 200, timeout=20,
+                       what=f"{server.name} ready")
+        return servers
+
+    return start
+
+
+@pytest.fixture
+def start_router(tmp_path, test_token, wait_until):
+    """``start_router(*worker_urls, extra=())``: the real router on loopback, answering; a Router."""
+    def start(*worker_urls, extra=()):
+        port = free_port_block(2)
+        log_path = tmp_path / f"router-{port}.log"
+        argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1), *ROUTER_FLAGS, *extra]
+        if worker_urls:
+            argv += ["--worker-urls", *worker_urls]
+        env = dict(os.environ, GPUOPS_TEST_TOKEN=test_token, SPT_NOENV="1")
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        router = Router(process, f"http://127.0.0.1:{port}", log_path)
+        wait_until(lambda: process.poll() is not None or get(port, "/liveness")[0] == 200, timeout=20,
+                   what="the router answering /liveness")
+        assert process.poll() is None, f"the router exited with {process.returncode}:\n{router.log()[-3000:]}"
+        # The cleanup finds it by the token (setproctitle would have wiped it without SPT_NOENV).
+        assert process.pid in tagged_pids(test_token)
+        return router
+
+    return start
+
+
+def wait_listed(client, wait_until, urls, timeout=15):
+    """Wait until the router lists exactly ``urls``, all healthy; returns {url: Worker}."""
+    def listed():
+        workers = client.workers()
+        healthy = {worker.url: worker for worker in workers if worker.state == HEALTHY}
+        return healthy if sorted(healthy) == sorted(urls) and len(workers) == len(urls) else None
+    return wait_until(listed, timeout=timeout, what=f"the router listing {sorted(urls)} healthy")
+
+
+def port_of(url):
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_worker_api_list_add_remove_and_re_add(start_servers, start_router, wait_until):
+    a, b, c = start_servers(3)
+    router = start_router(a.url, b.url)
+    client = RouterClient(router.url, timeout=5)
+
+    wait_listed(client, wait_until, [a.url, b.url])  # --worker-urls are added by a background job
+    assert len(client.check()) == 2
+    assert client.find(c.url) == [] and not client.is_healthy(c.url)
+
+    started = time.monotonic()
+    worker_id = client.add(c.url)
+    assert time.monotonic() - started < 1, "POST /workers answers at once; the add runs in the background"
+    added = client.wait_healthy(worker_id, timeout=10)
+    assert (added.id, added.url, added.state) == (worker_id, c.url, HEALTHY)
+    assert client.is_healthy(c.url)
+    assert client.add(c.url) == worker_id, "adding a registered URL answers with its id"
+    assert client.worker(worker_id).state == HEALTHY, "... and leaves it registered and healthy"
+    assert [worker.id for worker in client.find(c.url + "/")] == [worker_id], "any spelling finds it"
+
+    removed = client.remove(c.url)
+    assert [worker.id for worker in removed] == [worker_id]
+    assert client.find(c.url) == [] and client.worker(worker_id) is None
+    assert client.remove(c.url) == [], "removing what is not registered does nothing"
+
+    readded = client.register(c.url, timeout=10)
+    assert readded.state == HEALTHY and readded.id != worker_id, "a re-added worker gets a new id"
+    assert sorted(wait_listed(client, wait_until, [a.url, b.url, c.url])) == sorted([a.url, b.url, c.url])
+
+    # Its registrations probed each server with HTTP/2 (gRPC detection) too: the simulator answers as uvicorn.
+    for server in (a, b, c):
+        assert "Traceback" not in server.log(), server.log()[-2000:]
+        assert '"PRI %2A HTTP/2.0" 404' in server.log()
+
+
+def test_failures_are_router_errors_naming_router_call_and_cause(start_servers, start_router):
+    (server,) = start_servers(1)
+    router = start_router()
+    client = RouterClient(router.url, timeout=5)
+    nothing_there = f"http://127.0.0.1:{free_port_block(1)}"
+
+    with pytest.raises(RouterError) as caught:
+        client.register(nothing_there, timeout=15)
+    assert caught.value.call.startswith("waiting for worker ")
+    assert caught.value.cause.startswith(f"the router could not add {nothing_there}: Workflow failed at step "
+                                         "detect_connection_mode")
+
+    with pytest.raises(RouterError, match=r"still pending after 0\.5 s"):
+        client.register(f"http://127.0.0.1:{free_port_block(1)}", timeout=0.5)
+
+    not_a_router = RouterClient(server.url, timeout=5)
+    with pytest.raises(RouterError, match=r"checking the router \(GET /workers\): HTTP 404: no worker API at this URL"):
+        not_a_router.check()
+
+
+def test_removed_server_finishes_its_requests_and_gets_no_new_ones(start_servers, start_router, wait_until):
+    servers = start_servers(3)
+    router = start_router(*(server.url for server in servers))
+    client = RouterClient(router.url, timeout=5)
+    wait_listed(client, wait_until, [server.url for server in servers])
+    router_port = port_of(router.url)
+    leaving = servers[1]
+    before = {server.name: server.requests_served() for server in servers}
+
+    threads, in_flight = streams(router_port, 6, tokens=100)  # 2.5 s each, two per server
+    wait_until(lambda: all(server.requests_served() - before[server.name] == 2 for server in servers), timeout=10,
+               what="two streams under way on every server")
+    assert client.remove(leaving.url)
+    served_by_leaving = leaving.requests_served()
+    after_removal = finish(*streams(router_port, 6, tokens=4))
+
+    assert sorted(finish(threads, in_flight)) == sorted((200, True, route) for route in ROUTES * 3), in_flight
+    assert all(outcome[:2] == (200, True) for outcome in after_removal), after_removal
+    assert leaving.requests_served() == served_by_leaving, "no new request reached the removed server"
+    assert sum(server.requests_served() - before[server.name] for server in servers) == 12
+
+
+def test_router_keeps_routing_to_a_draining_server_until_its_health_checks_fail(start_servers, start_router,
+                                                                                 wait_until):
+    """Why the relaunch removes a server before stopping it: SIGTERM alone leaves it in the router for a while."""
+    servers = start_servers(3)
+    router = start_router(*(server.url for server in servers))
+    client = RouterClient(router.url, timeout=5)
+    wait_listed(client, wait_until, [server.url for server in servers])
+    draining = servers[2]
+    long_one = []
+    direct = threading.Thread(target=stream, args=(draining.port, "/generate", 200, long_one))  # 5 s
+    direct.start()
+    wait_until(lambda: draining.requests_served() == 2, timeout=5, what="the long stream under way")  # + warmup
+
+    draining.process.send_signal(signal.SIGTERM)  # the launch script exec'ed the simulator: this is its pid
+    signalled = time.monotonic()
+    during, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            stream(port_of(router.url), "/generate", 4, during)
+            time.sleep(0.1)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    wait_until(lambda: not client.is_healthy(draining.url), timeout=10,
+               what="the router marking the draining server unhealthy")
+    judged_after = time.monotonic() - signalled
+    time.sleep(0.3)  # a request routed just before the verdict has started by now
+    served_when_judged = draining.requests_served()
+    time.sleep(1.5)
+    stop.set()
+    loader.join(30)
+    direct.join(30)
+
+    assert "Health check request received during shutdown. Returning 503." in draining.log()
+    assert 2 <= judged_after < 8, f"unhealthy after {judged_after:.1f} s: 3 failed checks at 1 s intervals"
+    assert served_when_judged > 2, "the router sent new requests to the draining server until it judged it unhealthy"
+    assert draining.requests_served() == served_when_judged, "... and none after"
+    assert all(outcome[:2] == (200, True) for outcome in during + long_one), during + long_one
+    # The drain ends with the last request; the router keeps the dead server listed (unhealthy) until removed.
+    wait_until(lambda: draining.process.poll() is not None, timeout=10, what="the drained server exiting")
+    assert "Remaining number of requests 0" in draining.log()
+    assert [worker.state for worker in client.find(draining.url)] == ["unhealthy"]
+    assert client.remove(draining.url) and client.find(draining.url) == []
+
+
+def test_router_api_key(start_servers, start_router, wait_until):
+    (server,) = start_servers(1)
+    router = start_router(server.url, extra=["--api-key", "router-s3cret"])
+
+    for client, cause in ((RouterClient(router.url), "the router wants a key"),
+                          (RouterClient(router.url, api_key="wrong-s3cret"), "the router refused the key")):
+        with pytest.raises(RouterError, match=cause) as caught:
+            client.check()
+        assert caught.value.status == 401 and "s3cret" not in str(caught.value)
+
+    client = RouterClient(router.url, api_key="router-s3cret")
+    wait_listed(client, wait_until, [server.url])
+    outcomes = finish(*streams(port_of(router.url), 2, tokens=4, api_key="router-s3cret"))
+    assert [outcome[:2] for outcome in outcomes] == [(200, True)] * 2
+    assert [outcome[0] for outcome in finish(*streams(port_of(router.url), 1, tokens=4))] == [401]
+    assert client.remove(server.url) and client.find(server.url) == []
+    assert client.register(server.url, timeout=10).state == HEALTHY
