@@ -272,8 +272,9 @@ class RouterClient:
         """
         removed = self.find(worker_url)
         for worker in removed:
+            # 404: removed meanwhile, which is what we want.
             self._call("DELETE", "/workers/" + urllib.parse.quote(worker.id, safe=""), f"removing {worker.url}",
-                                            missing_ok=True)  # 404: removed meanwhile, which is what we want
+                       missing_ok=True)
         deadline = time.monotonic() + timeout
         while removed and self.find(worker_url):
             if time.monotonic() >= deadline:
@@ -304,6 +305,7 @@ class RouterClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        what = f"{call} ({method} {path})"
         try:
             with _OPENER.open(request, timeout=self.timeout) as response:
                 status, text = response.status, response.read(MAX_BODY_BYTES).decode("utf-8", "replace")
@@ -311,20 +313,19 @@ class RouterClient:
             with exc:
                 status, text = exc.code, exc.read(MAX_BODY_BYTES).decode("utf-8", "replace")
             if not (status == 404 and missing_ok):
-                raise self._error(f"{call} ({method} {path})", self._http_cause(status, text, path), status) from None
+                raise self._error(what, self._http_cause(status, text, path), status) from None
         except urllib.error.URLError as exc:
-            raise self._error(f"{call} ({method} {path})", f"cannot connect: {exc.reason}; is the router running "
-                              "there and reachable from this host?") from None
+            raise self._error(what, f"cannot connect: {exc.reason}; is the router running there and reachable "
+                              "from this host?") from None
         except (socket.timeout, TimeoutError):
-            raise self._error(f"{call} ({method} {path})", f"no answer within {self.timeout:g} s") from None
+            raise self._error(what, f"no answer within {self.timeout:g} s") from None
         except (OSError, http.client.HTTPException) as exc:
-            raise self._error(f"{call} ({method} {path})",
-                              f"{exc or type(exc).__name__} (is this an HTTP server?)") from None
+            raise self._error(what, f"{exc or type(exc).__name__} (is this an HTTP server?)") from None
         try:
             return status, json.loads(text)
         except ValueError:
-            raise self._error(f"{call} ({method} {path})", f"HTTP {status} with a body that is not JSON: "
-                              f"{text[:MAX_CAUSE_CHARS]!r} (is this the sglang router?)", status) from None
+            raise self._error(what, f"HTTP {status} with a body that is not JSON: {text[:MAX_CAUSE_CHARS]!r} (is "
+                              "this the sglang router?)", status) from None
 
     def _http_cause(self, status, text, path):
         if status == 404 and path == "/workers":

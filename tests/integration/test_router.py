@@ -122,8 +122,7 @@ def start_servers(make_server, tmp_path, wait_until):
 
     def start(count):
         servers = []
-        for _ in range(count):
-            index = len(started)
+        for index in range(len(started), len(started) + count):
             spec = make_server(f"gpu{index}", [index], env={"SGLANG_SIM_DECODE_TOKENS_PER_S": str(DECODE_RATE)})
             with open(spec["log_path"], "w") as log:
                 process = subprocess.Popen([spec["launch_script"]], stdin=subprocess.DEVNULL, stdout=log,
@@ -252,8 +251,7 @@ def test_removed_server_finishes_its_requests_and_gets_no_new_ones(start_servers
     assert sum(server.requests_served() - before[server.name] for server in servers) == 12
 
 
-def test_router_keeps_routing_to_a_draining_server_until_its_health_checks_fail(start_servers, start_router,
-                                                                                 wait_until):
+def test_draining_server_gets_requests_until_its_health_checks_fail(start_servers, start_router, wait_until):
     """Why the relaunch removes a server before stopping it: SIGTERM alone leaves it in the router for a while."""
     servers = start_servers(3)
     router = start_router(*(server.url for server in servers))

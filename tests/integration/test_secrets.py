@@ -28,9 +28,11 @@ def leaks(text, keys):
 
 
 def files_we_wrote(sim_host):
-    """Everything under the simulated host but the test's own inputs, the launch scripts and the server logs."""
+    """Everything under the simulated host but the test's own inputs, the launch scripts (and their last good
+    copies, private like them) and the server logs."""
     inputs = {str(sim_host.inventory)} | {str(path) for path in sim_host.dir.glob("extra-*.json")}
-    skipped_dirs = (str(sim_host.script_dir), str(sim_host.log_dir), str(sim_host.dir / "cache"))
+    skipped_dirs = (str(sim_host.script_dir), str(sim_host.log_dir), str(sim_host.dir / "cache"),
+                    str(sim_host.dir / "state" / "last-good"))
     for root, _dirs, files in os.walk(sim_host.dir):
         if root.startswith(skipped_dirs):
             continue
@@ -46,6 +48,8 @@ def assert_nothing_leaks(sim_host, runs, keys):
         assert leaks(run.stderr, keys) == [], f"run {number}: key in stderr"
     state_files = list((sim_host.dir / "state").iterdir())
     assert state_files, "the server module wrote its state"
+    for path in (sim_host.dir / "state" / "last-good").glob("*.sh"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, f"{path} holds the key: only root may read it"
     for path in files_we_wrote(sim_host):
         with open(path, "rb") as handle:
             text = handle.read().decode("utf-8", "replace")

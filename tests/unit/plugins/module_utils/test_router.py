@@ -169,3 +169,13 @@ def test_unreachable_router_fails_the_check_naming_the_router_and_the_call_but_n
     assert str(error).startswith(f"sglang router http://127.0.0.1:{port}: checking the router (GET /workers): "
                                  "cannot connect: [Errno 111] Connection refused; is the router running there")
     assert "s3cret" not in str(error)
+
+
+def test_a_router_that_accepts_the_connection_but_never_answers():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)  # the kernel completes the handshake; nobody reads the request
+        client = RouterClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.3)
+
+        with pytest.raises(RouterError, match=r"listing workers \(GET /workers\): no answer within 0\.3 s$"):
+            client.workers()
