@@ -4,7 +4,9 @@ import os
 import stat
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import last_good
-from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import sha256_text
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
+    sha256_text,
+)
 
 SCRIPT = "#!/bin/sh\nexport GPUOPS_SGLANG_SERVER=gpu0\nexec python3 -m sglang.launch_server --api-key k\n"
 
