@@ -196,7 +196,7 @@ options:
         O(servers[].launch_script), so a reboot or a hand start runs it too. Requires O(state=restarted) and no
         O(scripts).
       - A server without a last good configuration is stopped instead (its GPUs verified free) and
-        RV(servers[].rollback.error) says so.
+        the C(error) of RV(servers[].rollback) says so.
     type: bool
     default: false
   max_changes:

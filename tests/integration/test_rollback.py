@@ -83,7 +83,7 @@ def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_
     os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
     both = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_mem_fraction_static": 0.8})
     assert both.rc != 0
-    rollback_calls = [task for task in both.task("Relaunch them with their last good configuration")]
+    rollback_calls = both.task("Relaunch them with their last good configuration")
     assert len(rollback_calls) == 1, "one rollback, no loop"
     for message in failures(both):
         assert "which failed too (not retried)" in message.splitlines()[-1]
