@@ -323,12 +323,14 @@ class ServerControl:
             raise ServerControlError(f"invalid request: rollback relaunches servers: state must be restarted, "
                                      f"not {self.params['state']}")
         for spec in self.params["servers"]:
-            text = last_good.script(self.state_dir, spec["name"])
+            # Never back to the script it is rolled back from (a canary that came up, then regressed).
+            leaving = (read_state(self.state_dir, spec["name"]) or {}).get("script_sha256")
+            found, text = last_good.rollback_target(self.state_dir, spec["name"], leaving)
             if text is None or not spec.get("launch_script"):
                 self.no_last_good.append(spec["name"])
                 continue
             self.scripts[spec["name"]] = {"name": spec["name"], "path": spec["launch_script"], "content": text}
-            self.rollback_to[spec["name"]] = last_good.record(self.state_dir, spec["name"])
+            self.rollback_to[spec["name"]] = found
 
     def _script(self, spec):
         """``(sha256, text)`` of the script the server will run: the one given, else the one on disk."""

@@ -103,3 +103,19 @@ def test_rollback_off_leaves_the_failed_server_as_it_failed(sim_host):
                                     "sglang_extra_args": {"no_such_flag": True}})
     assert off.rc != 0 and not off.task("Relaunch them with their last good configuration")
     assert "rolled back" not in "\n".join(failures(off))
+
+
+def test_a_canary_whose_throughput_regresses_is_rolled_back_before_the_others_are_touched(sim_host):
+    probe = {"concurrency": 16, "duration_s": 3, "input_len": 16, "output_len": 16}
+    settings = {"sglang_gpu_count": 2, "sglang_enable_metrics": True, "relaunch_probe": probe}
+    assert sim_host.run("relaunch", settings).rc == 0
+    pids = {name: state(sim_host, name)["pid"] for name in ("gpu0", "gpu1")}
+
+    # 4 requests at a time instead of 16: a quarter of the throughput.
+    slower = sim_host.run("relaunch", dict(settings, relaunch_canary=1, sglang_max_running_requests=4))
+    assert slower.rc != 0
+    [message] = [line for line in failures(slower) if line.startswith("gpu0")]
+    assert message.startswith("gpu0: output ") and "below" in message and "of its last good run (at most 10 %)" in message
+    assert message.endswith(": ready again")
+    assert state(sim_host, "gpu1")["pid"] == pids["gpu1"], "the other server was not touched"
+    assert "--max-running-requests" not in sim_host.script("gpu0").read_text(), "the canary is back on its old script"

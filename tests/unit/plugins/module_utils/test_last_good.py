@@ -42,3 +42,16 @@ def test_a_tampered_copy_is_not_used(tmp_path):
         handle.write("rm -rf /\n")
     assert last_good.script(state_dir, "gpu0") is None
     assert last_good.record(state_dir, "missing") is None
+
+
+def test_a_rollback_never_goes_back_to_the_script_it_leaves(tmp_path):
+    state_dir = str(tmp_path / "state")
+    old, new = SCRIPT, SCRIPT.replace("--api-key k", "--api-key k --max-running-requests 4")
+    last_good.keep(state_dir, "gpu0", state_for(tmp_path, old), "run1")
+    last_good.keep(state_dir, "gpu0", state_for(tmp_path, new), "run2")  # came up, then regressed
+    assert last_good.script(state_dir, "gpu0") == new
+    found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text(new))
+    assert (found["run_id"], text) == ("run1", old)
+    found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text("something else"))
+    assert (found["run_id"], text) == ("run2", new)
+    assert last_good.rollback_target(state_dir, "gpu1") == (None, None)

@@ -7,6 +7,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
     expectation_failures,
     history_table,
     probe_lines,
+    rollback_candidates,
+    throughput_regressions,
     relaunch_summary,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
@@ -114,3 +116,15 @@ def test_probe_settings_are_checked_before_anything_is_touched():
                         problems[1], "relaunch_probe.route must be one of completions, generate, got 'chat'"]
     assert problems[1].startswith("relaunch_probe.duration_s")
     assert option_problems({"relaunch_probe": "yes"})[0].startswith("relaunch_probe must be a dict")
+
+
+def test_rollback_candidates_and_throughput_regressions():
+    waits = [{"name": name, "status": status} for name, status in
+             (("a", "ready"), ("b", "crashed"), ("c", "stalled"), ("d", "timeout"), ("e", "replaced"))]
+    assert rollback_candidates(waits) == ["b", "c", "d"], "a server another run replaced is not ours to roll back"
+    probes = [{"name": "a", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1200.0}}}},
+              {"name": "b", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 320.0}}}},
+              {"name": "c", "since_last_good": None}]
+    assert throughput_regressions(probes, 10) == {
+        "b": "output 320 tok/s is 75 % below 1280 of its last good run (at most 10 %)"}
+    assert throughput_regressions(probes, 80) == {}
