@@ -7,9 +7,9 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
     expectation_failures,
     history_table,
     probe_lines,
+    relaunch_summary,
     rollback_candidates,
     throughput_regressions,
-    relaunch_summary,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
     option_problems,
