@@ -368,7 +368,7 @@ def run_load(params, servers, progress):
     return results, host
 
 
-def _journal_probe(params, results, host):
+def _journal_probe(params, results, host, states):
     """Append the figures; each result gains ``since_last_good`` (its figures against the last good run's)."""
     state_dir, run_id = params["state_dir"], params.get("run_id")
     earlier = journal.runs(journal.read_records(state_dir))
@@ -379,7 +379,7 @@ def _journal_probe(params, results, host):
         probe = {key: result[key] for key in FIGURES + ("requests", "errors", "concurrency", "window_s")}
         probe.update(route=params["route"], input_len=params["input_len"], output_len=params["output_len"])
         entries[result["name"]] = {"probe": probe, "capacity": result.get("capacity")}
-        model = model_of((read_state(state_dir, result["name"]) or {}).get("settings"))
+        model = model_of(states[result["name"]].get("settings"))
         good = journal.last_good(earlier, result["name"], model, before_run_id=run_id)
         if good and good["entry"].get("probe"):
             result["since_last_good"] = journal.compare(good, dict(good["entry"], probe=probe))
@@ -394,7 +394,8 @@ def probe_work(params, servers, refused):
         results, host = run_load(params, servers, progress)
         result = {"changed": False, "servers": results + refused, "host": host, "refused": refused}
         if params["journal"]:
-            result["journal_error"] = _journal_probe(params, results, host)
+            result["journal_error"] = _journal_probe(params, results, host,
+                                                     {name: state for name, _port, state in servers})
         errors = sum(server["errors"] for server in results)
         result["msg"] = (f"{len(results)} servers probed for {params['duration']:g} s at concurrency "
                          f"{params['concurrency']}: {host['output_tok_s']} output tok/s, {errors} errors"

@@ -441,9 +441,11 @@ def wait_slice(params, carry=None, check_mode=False):
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
     if not check_mode:
-        keep_last_good(params, trackers)
-    if params["journal"] and not check_mode:
-        result["journal_error"] = journal_relaunch(params, trackers)
+        # What each server's state file says now, read once for both.
+        states = {tracker.name: read_state(params["state_dir"], tracker.name) for tracker in trackers}
+        keep_last_good(params, trackers, states)
+        if params["journal"]:
+            result["journal_error"] = journal_relaunch(params, trackers, states)
     keep_hold = params["hold_on_failure"] and result["not_ready"]
     if params["release_run"] and params.get("run_id") and not check_mode and not keep_hold:
         # The run's last call to the host: giving it back here saves the release's round trip.
@@ -451,25 +453,25 @@ def wait_slice(params, carry=None, check_mode=False):
     return result
 
 
-def keep_last_good(params, trackers):
+def keep_last_good(params, trackers, states):
     """The script of every ready server becomes its last good configuration (what a rollback goes back to)."""
     for tracker in trackers:
         if STATES[tracker.result["status"]].ready:
-            state = read_state(params["state_dir"], tracker.name)
+            state = states[tracker.name]
             if state and state.get("pid") == tracker.pid:
                 problem = last_good.keep(params["state_dir"], tracker.name, state, params.get("run_id"))
                 if problem:
                     tracker.result["last_good_error"] = problem
 
 
-def journal_relaunch(params, trackers):
+def journal_relaunch(params, trackers, states):
     """Append the outcome of every server to the run journal; each report gains ``since_last_good``: its
     settings, facts and timings against the newest earlier run in which it came up with the same model."""
     state_dir, run_id = params["state_dir"], params.get("run_id")
     earlier = journal.runs(journal.read_records(state_dir))
     entries = {}
     for tracker in trackers:
-        entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, read_state(state_dir, tracker.name),
+        entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, states[tracker.name],
                                        tracker.action, journal.previous_settings(earlier, tracker.name))
         entries[tracker.name] = entry
         good = journal.last_good(earlier, tracker.name, entry.get("model"), before_run_id=run_id)

@@ -133,6 +133,13 @@ def rollback_lines(rollbacks):
                                + _rollback_words(outcome) for outcome in rollbacks]
 
 
+def _drop_percent(before, after):
+    """How many percent ``after`` fell below ``before``; None when it did not fall or there is nothing to compare."""
+    if not before or after is None or after >= before:
+        return None
+    return 100.0 * (before - after) / before
+
+
 def throughput_regressions(probe_results, max_drop_percent):
     """``{name: why}`` of the probed servers whose output tok/s fell more than ``max_drop_percent`` below their
     last good run's probe (no earlier probe: nothing to compare)."""
@@ -140,9 +147,10 @@ def throughput_regressions(probe_results, max_drop_percent):
     for result in probe_results or []:
         pair = ((result.get("since_last_good") or {}).get("probe") or {}).get("output_tok_s") or {}
         before, after = pair.get("before"), pair.get("after")
-        if before and after is not None and 100.0 * (before - after) / before > float(max_drop_percent):
-            regressed[result["name"]] = (f"output {after:.0f} tok/s is {100.0 * (before - after) / before:.0f} % "
-                                         f"below {before:.0f} of its last good run (at most {max_drop_percent} %)")
+        drop = _drop_percent(before, after)
+        if drop is not None and drop > float(max_drop_percent):
+            regressed[result["name"]] = (f"output {after:.0f} tok/s is {drop:.0f} % below {before:.0f} of its last "
+                                         f"good run (at most {max_drop_percent} %)")
     return regressed
 
 
@@ -300,10 +308,8 @@ def _drop_failure(result, fact, value, max_drop, probes_before):
     before = (compared["facts"].get(fact) or {}).get("before")
     if before is None:
         before = probes_before.get(result["name"], {}).get(fact)
-    if not before or value >= before:
-        return None
-    drop = 100.0 * (before - value) / before
-    if drop <= max_drop:
+    drop = _drop_percent(before, value)
+    if drop is None or drop <= max_drop:
         return None
     return (f"{result['name']}: {fact}={_number(value)} dropped {drop:.1f} % against {_number(before)} in the last "
             f"good run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])} (at most {max_drop:g} % allowed)")
