@@ -846,7 +846,9 @@ class Request:
         end = None if self.first_token_at is None else min(now, self.finished_at)  # an abort moves finished_at
         if end is None or end < self.first_token_at:
             return 0
-        return min(self.max_new_tokens, 1 + int((end - self.first_token_at) * SIM.decode_rate + 1e-9))
+        # The tolerance covers rounding in token_time's sum: on a clock hours past boot, first_token_at + k / rate
+        # - first_token_at can come out a few 1e-8 tokens short of k, and the last token would never exist.
+        return min(self.max_new_tokens, 1 + int((end - self.first_token_at) * SIM.decode_rate + 1e-6))
 
     def decoded(self, now):
         """Tokens from decode steps (the first one comes from the prefill): what gen_throughput counts."""

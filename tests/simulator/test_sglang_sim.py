@@ -82,7 +82,7 @@ SEQUENCES = {
 }
 # Not anchored: a rank's line may follow rank 0's progress bar, which ends without a newline.
 SCHEDULER_CRASH = rf"\[{TS}( TP\d)?\] Scheduler hit an exception: Traceback \(most recent call last\):\n"
-SIGQUIT_LINE = rf"^\[{TS}\] Received sigquit from a child process\. It usually means the child failed\.$"
+SIGQUIT_LINE = rf"\[{TS}\] Received sigquit from a child process\. It usually means the child failed\.$"
 
 
 def assert_in_order(lines, patterns):
