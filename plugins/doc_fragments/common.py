@@ -3,8 +3,9 @@
 """Documentation shared by the gpuops.sglang modules that look at a GPU host.
 
 C(gpuops.sglang.common.state_dir), C(gpuops.sglang.common.gpu), C(gpuops.sglang.common.http),
-C(gpuops.sglang.common.systemd) and C(gpuops.sglang.common.journal) document the argument specs STATE_DIR, GPU,
-HTTP, SYSTEMD and JOURNAL of
+C(gpuops.sglang.common.health), C(gpuops.sglang.common.router), C(gpuops.sglang.common.systemd) and
+C(gpuops.sglang.common.journal) document the argument specs STATE_DIR, GPU, HTTP, HEALTH, ROUTER, SYSTEMD and
+JOURNAL of
 module_utils/argument_specs.py (a unit test keeps each fragment and its spec equal).
 C(gpuops.sglang.common.idempotent) describes the C(idempotent) attribute, which
 C(ansible.builtin.action_common_attributes) does not.
@@ -18,12 +19,6 @@ options:
     description: Address the servers listen on, as seen from the GPU host.
     type: str
     default: 127.0.0.1
-  health_path:
-    description:
-      - Health endpoint. C(/health_generate) runs a one-token generation, so a 200 means the server really serves.
-      - Connection refused and HTTP 503 mean "still starting"; only HTTP 200 means ready.
-    type: str
-    default: /health_generate
   api_key:
     description: Sent as C(Authorization Bearer) when the servers were started with C(--api-key).
     type: str
@@ -33,6 +28,43 @@ options:
         (C(SGLANG_HEALTH_CHECK_TIMEOUT)), or a busy but healthy server looks unreachable.
     type: float
     default: 30
+"""
+
+    HEALTH = r"""
+options:
+  health_path:
+    description:
+      - Health endpoint. C(/health_generate) runs a one-token generation, so a 200 means the server really serves.
+      - Connection refused and HTTP 503 mean "still starting"; only HTTP 200 means ready.
+    type: str
+    default: /health_generate
+"""
+
+    ROUTER = r"""
+options:
+  router_url:
+    description:
+      - Base URL of the SGLang router (C(sglang-router), its worker API as of 0.3.2) in front of these servers, e.g.
+        C(http://10.0.0.2:8000). Unset, no router is involved.
+      - A server is taken out of the router before it is stopped, and added back once it is ready; a router that
+        is unreachable, refuses the key or is not a router fails the call before any server is touched.
+    type: str
+  router_api_key:
+    description:
+      - Key of the router's worker API (its C(--api-key), or an admin key of its C(--control-plane-api-keys)).
+        Never shown in results or errors.
+    type: str
+  router_timeout:
+    description:
+      - Seconds one call to the router may take (1-600); adding a ready server back waits up to this long for
+        the router to list it healthy.
+    type: float
+    default: 10
+  router_worker_host:
+    description:
+      - Address at which the router reaches these servers (a server is the router's worker
+        C(http://<router_worker_host>:<port>)). Defaults to O(host).
+    type: str
 """
 
     STATE_DIR = r"""

@@ -3,7 +3,8 @@
 """Argument specs shared by several modules, each next to the doc fragment that documents it.
 
 ``STATE_DIR`` is documented by ``gpuops.sglang.common.state_dir``, ``GPU`` by ``gpuops.sglang.common.gpu``,
-``HTTP`` by ``gpuops.sglang.common.http`` and ``SYSTEMD`` by ``gpuops.sglang.common.systemd``
+``HTTP`` by ``gpuops.sglang.common.http``, ``HEALTH`` by ``gpuops.sglang.common.health``, ``ROUTER`` by
+``gpuops.sglang.common.router`` and ``SYSTEMD`` by ``gpuops.sglang.common.systemd``
 (plugins/doc_fragments/common.py); the ranges of their numbers sit
 beside them. tests/unit/plugins/module_utils/test_argument_specs.py fails when a spec and its fragment differ.
 """
@@ -29,11 +30,21 @@ GPU_RANGES = {"nvidia_smi_timeout": option_ranges.seconds(1, 600)}
 
 HTTP = {
     "host": {"type": "str", "default": "127.0.0.1"},
-    "health_path": {"type": "str", "default": "/health_generate"},
     "api_key": {"type": "str", "no_log": True},
     "probe_timeout": {"type": "float", "default": 30},
 }
 HTTP_RANGES = {"probe_timeout": option_ranges.seconds(1, 600)}
+# The modules that judge a server by its health endpoint.
+HEALTH = {"health_path": {"type": "str", "default": "/health_generate"}}
+
+# The SGLang router in front of the servers (module_utils/router.py): taken out before a stop, added back once ready.
+ROUTER = {
+    "router_url": {"type": "str"},
+    "router_api_key": {"type": "str", "no_log": True},
+    "router_timeout": {"type": "float", "default": 10},
+    "router_worker_host": {"type": "str"},
+}
+ROUTER_RANGES = {"router_timeout": option_ranges.seconds(1, 600)}
 
 # The units of launcher systemd (module_utils/launchers.py).
 SYSTEMD_OPTIONS = {
@@ -54,5 +65,6 @@ JOURNAL = {"journal": {"type": "bool", "default": True}}
 
 # Fragment name (as modules extend it) -> the spec it documents.
 BY_FRAGMENT = {"gpuops.sglang.common.state_dir": STATE_DIR, "gpuops.sglang.common.gpu": GPU,
-               "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.systemd": SYSTEMD,
+               "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.health": HEALTH,
+               "gpuops.sglang.common.router": ROUTER, "gpuops.sglang.common.systemd": SYSTEMD,
                "gpuops.sglang.common.journal": JOURNAL}

@@ -21,6 +21,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
+    draining,
     journal,
     last_good,
     option_ranges,
@@ -39,6 +40,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     decide,
     stall_suspected_since,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.router import RouterError
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
@@ -84,6 +86,8 @@ WAIT_ARGUMENT_SPEC = {
         "action": {"type": "str"},
     }},
     **argument_specs.HTTP,
+    **argument_specs.HEALTH,
+    **argument_specs.ROUTER,
     "timeout": {"type": "float", "default": 1800},
     "stall_timeout": {"type": "float", "default": 600},
     "kill_stalled": {"type": "bool", "default": False},
@@ -96,6 +100,7 @@ WAIT_ARGUMENT_SPEC = {
 }
 WAIT_RANGES = dict(
     argument_specs.HTTP_RANGES,
+    **argument_specs.ROUTER_RANGES,
     timeout=option_ranges.seconds(1, 7 * 86400),
     stall_timeout=option_ranges.seconds(1, 86400, off=0),
     progress_interval=option_ranges.PROGRESS_INTERVAL,
@@ -400,7 +405,8 @@ def wait_slice(params, carry=None, check_mode=False):
 
     In check mode the wait is a snapshot: one look at every server, no waiting, no killing.
     """
-    problems = option_ranges.range_problems(params, WAIT_RANGES)
+    problems = option_ranges.range_problems(params, WAIT_RANGES) + draining.router_problems(
+        params.get("router_url"), params["host"], params.get("router_worker_host"))
     if problems:
         raise ValueError("invalid request: " + "; ".join(problems))
     if params.get("run_id") and not check_mode:
@@ -438,6 +444,7 @@ def wait_slice(params, carry=None, check_mode=False):
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
     else:
         _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
+        register_ready(params, [tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
     if not check_mode:
@@ -451,6 +458,37 @@ def wait_slice(params, carry=None, check_mode=False):
         # The run's last call to the host: giving it back here saves the release's round trip.
         result["released"] = run_lock.release(params["state_dir"], params["run_id"])
     return result
+
+
+def register_ready(params, trackers):
+    """Behind a router (router_url): every ready server is added back and must be listed healthy before the wait
+    ends; one that is not is ``unrouted``. Only ready servers are added: the router's add job cannot be
+    cancelled, and one queued for a server that then crashed would add it whenever it answered."""
+    client = draining.router_client(params)
+    if client is None:
+        return
+    added = []
+    for tracker in trackers:
+        url = draining.worker_url(params, tracker.port)
+        tracker.result["router"] = {"worker_url": url, "worker_id": None, "healthy": False}
+        try:
+            added.append((tracker, client.add(url)))
+        except RouterError as exc:
+            _unrouted(tracker, str(exc))
+    deadline = time.monotonic() + params["router_timeout"]
+    for tracker, worker_id in added:  # the router adds them concurrently: one deadline for all
+        try:
+            worker = client.wait_healthy(worker_id, max(deadline - time.monotonic(), POLL_SECONDS))
+        except RouterError as exc:
+            tracker.result["router"]["worker_id"] = worker_id
+            _unrouted(tracker, str(exc))
+            continue
+        tracker.result["router"].update(worker_id=worker.id, healthy=True)
+
+
+def _unrouted(tracker, error):
+    tracker.result.update(status="unrouted", router_error=error)
+    tracker.result["msg"] = STATES["unrouted"].sentence(tracker.result)
 
 
 def keep_last_good(params, trackers, states):

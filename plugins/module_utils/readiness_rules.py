@@ -242,6 +242,11 @@ def _replaced(facts):
             f"{recorded.get('run_id') or 'unknown'}), not as pid {facts['pid']} launched by this run")
 
 
+def _unrouted(facts):
+    return (f"{facts['name']} ready after {facts['seconds_to_ready']} s but not taken back by the router, so it gets "
+            f"no traffic from it: {facts['router_error']}")
+
+
 def _orphaned(facts):
     pids = ", ".join(str(process["pid"]) for process in facts.get("processes") or [])
     return f"{facts['name']} orphaned: its main process is gone but pids {pids} still run{_error(facts)}"
@@ -287,6 +292,9 @@ STATES = {
                      progress="{name} timed out in {phase}"),
     "replaced": State(decided=True, ready=False, failing=True, names_phase_reached=False, sentence=_replaced,
                       progress="{name} replaced by another run"),
+    # Up, but the router (router_url) did not list it healthy: it serves no router traffic.
+    "unrouted": State(decided=True, ready=False, failing=False, names_phase_reached=False, sentence=_unrouted,
+                      progress=None),
     # server_info only.
     "orphaned": State(decided=True, ready=False, failing=True, names_phase_reached=False, sentence=_orphaned,
                       progress=None),

@@ -5,8 +5,9 @@
 Everything that can be checked is checked before any process is touched or any script written:
 the request (names, ports, GPUs, files, numbers), GPUs present, foreign GPU holders and port owners.
 Then the launch scripts are written and a detached worker (module_utils/host_job.py) runs the
-sequence per server: SIGTERM -> wait -> SIGKILL, verify its GPUs free, launch it. One server whose
-GPU does not free in time, or whose process survives SIGKILL, is reported down; the others go on.
+sequence per server: out of the router and drained (module_utils/draining.py), SIGTERM -> wait -> SIGKILL,
+verify its GPUs free, launch it. One server whose GPU does not free in time, or whose process survives
+SIGKILL, is reported down; the others go on.
 """
 
 import hashlib
@@ -17,6 +18,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
+    draining,
     host_job,
     journal,
     last_good,
@@ -57,7 +59,10 @@ IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengi
 
 SERVER_RANGES = dict(
     argument_specs.GPU_RANGES,
+    **argument_specs.HTTP_RANGES,
+    **argument_specs.ROUTER_RANGES,
     stop_timeout=option_ranges.seconds(0, 3600),
+    drain_timeout=option_ranges.seconds(0, 86400),
     gpu_free_timeout=option_ranges.seconds(0, 3600),
     gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
     lock_timeout=option_ranges.LOCK_TIMEOUT,
@@ -93,7 +98,8 @@ def validate_request(params):
     """Check the request before any process is looked at or touched (files are only looked at); raise one
     error listing every problem."""
     servers, state = params["servers"], params["state"]
-    problems = option_ranges.range_problems(params, SERVER_RANGES)
+    problems = option_ranges.range_problems(params, SERVER_RANGES) + draining.router_problems(
+        params.get("router_url"), params["host"], params.get("router_worker_host"))
     systemd = params.get("launcher") == "systemd"
     if systemd:
         problems += [f"systemd.{problem}" for problem in option_ranges.range_problems(params["systemd"], argument_specs.SYSTEMD_RANGES)]
@@ -200,7 +206,7 @@ def _gpu_keyed(values):
 
 
 # What each server goes through in the worker; the controller turns these into progress words.
-STEP_STOPPING, STEP_KILLING, STEP_VERIFYING = "stopping", "killing", "verifying"
+STEP_DRAINING, STEP_STOPPING, STEP_KILLING, STEP_VERIFYING = "draining", "stopping", "killing", "verifying"
 STEP_DONE, STEP_FAILED = "done", "failed"
 
 
@@ -248,6 +254,10 @@ class ServerPlan:
         self.port_holders = []
         self.processes_left = {}
         self.stop_started = None
+        # Its drain (draining.Drain) and, behind a router, its worker URL and the router entries taken out.
+        self.drain = None
+        self.worker_url = None
+        self.router_removed = None
 
     @property
     def kills(self):
@@ -275,6 +285,7 @@ class ServerPlan:
     def progress(self, now):
         return {"name": self.name, "step": self.step, "seconds": round(now - (self.step_since or now), 1),
                 "action": self.action, "processes_left": len(self.processes_left),
+                "requests_left": self.drain.requests_left if self.drain else None,
                 "signal": "SIGKILL" if "SIGKILL" in self.last_signal.values() else (
                     "SIGTERM" if self.last_signal else None),
                 "gpu_used_mib": _gpu_keyed(self.gpu_used), "port_holders": self.port_holders, "error": self.error}
@@ -298,6 +309,7 @@ class ServerControl:
         self.timings = {}
         # What happened to whom, in order, for the progress lines: {"server", "event", "at_s", ...}.
         self.events = []
+        self.router = None
         self.act_started = None
         self.scripts = {script["name"]: script for script in params.get("scripts") or []}
         # rollback: the servers going back to their last good script (name -> its record), and those that have none.
@@ -459,6 +471,54 @@ class ServerControl:
         plan.enter(STEP_KILLING if sig == signal.SIGKILL else STEP_STOPPING, now)
         return reached
 
+    def _drains(self, plan):
+        """A running server is drained before it stops; one still starting has nothing in flight to wait for."""
+        return self.params["drain_timeout"] > 0 and plan.main_pid is not None and bool(self._port(plan))
+
+    @staticmethod
+    def _port(plan):
+        return plan.spec.get("port") or (plan.recorded or {}).get("port")
+
+    def _start_drain(self, plan, now):
+        """Behind a router: out of it, then drained before SIGTERM. Without: SIGTERM starts SGLang's drain."""
+        if self.router:
+            plan.router_removed, error = draining.deregister(self.router, plan.worker_url)
+            if error:
+                # Still registered, maybe still routed to: stopping it now would fail requests.
+                self._fail(plan, now, f"{plan.name} was not stopped: taking it out of the router failed: {error}",
+                           down=False)
+                return
+        else:
+            self._signal(plan, signal.SIGTERM, now)
+        params = self.params
+        plan.drain = draining.Drain(f"http://{params['host']}:{self._port(plan)}", params["drain_timeout"],
+                                    params.get("api_key"), now)
+        plan.enter(STEP_DRAINING, now)
+
+    def _advance_drain(self, plan, now):
+        if not self.owner.still_alive(plan.targets()):
+            plan.drain.end(now, draining.EXITED)
+        elif plan.drain.poll(now) == draining.DRAINING:
+            return
+        self._event(plan, "drain_end", now, **plan.drain.report())
+        if self.router:
+            self._signal(plan, signal.SIGTERM, now)
+        else:
+            plan.enter(STEP_STOPPING, now)  # SIGTERM was sent when the drain began
+
+    def _check_router(self, plans):
+        """A router that cannot be used fails the call while every server still serves."""
+        self.router = draining.router_client(self.params)
+        if self.router is None or not any(plan.kills for plan in plans):
+            return
+        try:
+            self.router.check()
+        except draining.RouterError as exc:
+            raise ServerControlError(f"{exc}; nothing was touched")
+        for plan in plans:
+            if plan.kills and self._port(plan):
+                plan.worker_url = draining.worker_url(self.params, self._port(plan))
+
     def _rescan(self, plan):
         """Children may have been spawned while the server was shutting down."""
         running = plan.stop_launcher.observe(plan.name, plan.recorded)
@@ -575,14 +635,18 @@ class ServerControl:
         started = self.act_started = time.monotonic()
         for plan in acting:
             plan.stop_started = started
-            if plan.targets():
-                self._signal(plan, signal.SIGTERM, started)
-            else:
+            if not plan.targets():
                 plan.enter(STEP_VERIFYING, started)
+            elif self._drains(plan):
+                self._guarded(plan, started, self._start_drain, plan, started)
+            else:
+                self._signal(plan, signal.SIGTERM, started)
         last_report = 0.0
         while True:
             now = time.monotonic()
             for plan in acting:
+                if plan.step == STEP_DRAINING:
+                    self._guarded(plan, now, self._advance_drain, plan, now)
                 if plan.step in (STEP_STOPPING, STEP_KILLING):
                     self._guarded(plan, now, self._advance_stop, plan, now)
             verifying = [plan for plan in acting if plan.step == STEP_VERIFYING]
@@ -691,6 +755,8 @@ class ServerControl:
             "gpu_memory_after_mib": plan.gpu_memory_after,
             "gpu_holders": plan.gpu_holders,
             "timings": plan.timings,
+            "drain": plan.drain.report() if plan.drain else None,
+            "router": {"worker_url": plan.worker_url, "removed_ids": plan.router_removed} if plan.worker_url else None,
             **self._rollback_result(plan),
         }
 
@@ -788,6 +854,7 @@ class ServerControl:
             plan.gpu_memory_before = _gpu_keyed({
                 gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
         self._check_conflicts(plans)
+        self._check_router(plans)
         scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
         return plans, scripts, diffs
 

@@ -19,6 +19,15 @@ description:
     C(/proc/<pid>/environ), which every launch script exports and all SGLang children inherit (also
     schedulers orphaned to PID 1), and by the process group recorded at launch. Nothing is found or
     killed by command-line patterns.
+  - A running server is drained before it stops, for up to O(drain_timeout) seconds - until its requests in
+    flight (running and waiting, from C(GET /v1/loads), or the C(/metrics) gauges of releases without it) reach 0.
+    With O(router_url) it is first taken out of the router (its worker API), so no new request reaches it, and
+    SIGTERM follows the drain; without a router, SIGTERM starts SGLang's own drain (it finishes what is in flight,
+    then exits) and the count is followed. Progress lines say C(gpu3 draining, 12 requests left). Requests still
+    in flight at O(drain_timeout) fail when the server stops.
+  - A router that is unreachable, refuses O(router_api_key) or is not a router fails the call before anything is
+    touched; a server that cannot be taken out of it is not stopped (RV(servers[].error)). Adding servers back
+    once they are ready is M(gpuops.sglang.wait)'s part.
   - Stopping sends SIGTERM to the server's process group and marker-matched processes, waits up to
     O(stop_timeout) seconds, then sends SIGKILL to what is left. Then C(nvidia-smi --query-gpu) is polled
     until the used memory of each affected GPU is at most O(gpu_free_threshold_mib), for up to
@@ -52,6 +61,8 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.gpu
+  - gpuops.sglang.common.http
+  - gpuops.sglang.common.router
   - gpuops.sglang.common.systemd
   - gpuops.sglang.common.journal
   - gpuops.sglang.common.idempotent
@@ -206,9 +217,17 @@ options:
         are not written (1-4096).
     type: int
   stop_timeout:
-    description: Seconds to wait after SIGTERM before sending SIGKILL to what is left (0-3600).
+    description: Seconds to wait after SIGTERM (after the drain) before sending SIGKILL to what is left (0-3600).
     type: float
     default: 30
+  drain_timeout:
+    description:
+      - Seconds a running server may take to finish its requests in flight before it is stopped anyway
+        (0-86400); V(0) stops at once (SIGTERM, then SIGKILL after O(stop_timeout)).
+      - The count is read from O(host) with O(api_key); a server that gives none (still starting, hung) is not
+        waited for.
+    type: float
+    default: 60
   gpu_free_timeout:
     description: Seconds to wait for the GPU memory of a server to be freed after its processes are gone (0-3600).
     type: float
@@ -352,6 +371,20 @@ servers:
       description: Used memory per GPU index after stopping, before launching (empty when nothing was verified).
       type: dict
       sample: {"0": 0, "1": 0}
+    drain:
+      description:
+        - How the server's drain before its stop ended - C(outcome) V(drained) (no request left), V(timed_out)
+          (O(drain_timeout) reached; C(requests_left) failed), V(uncounted) (it gave no count, C(error) says why) or
+          V(exited) (SGLang's own drain ended and it exited) - with C(seconds) and C(requests_left). Null when it
+          was not drained (not running, or O(drain_timeout=0)).
+      type: dict
+      sample: {"outcome": "drained", "seconds": 4.2, "requests_left": 0, "error": null}
+    router:
+      description:
+        - With O(router_url), for a server that was stopped - C(worker_url) (the server as the router's worker) and
+          C(removed_ids), the router entries taken out (empty when the router did not list it).
+      type: dict
+      sample: {"worker_url": "http://10.0.0.5:30003", "removed_ids": ["5f0c..."]}
     timings:
       description: Seconds per step for this server (C(stop_s), C(gpu_free_s), C(launch_s)).
       type: dict
@@ -447,6 +480,7 @@ ARGUMENT_SPEC = {
     "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
     "run_id": {"type": "str"},
     "stop_timeout": {"type": "float", "default": 30},
+    "drain_timeout": {"type": "float", "default": 60},
     "gpu_free_timeout": {"type": "float", "default": 60},
     "gpu_free_threshold_mib": {"type": "int", "default": 1024},
     "force_kill_gpu_holders": {"type": "bool", "default": False},
@@ -455,6 +489,8 @@ ARGUMENT_SPEC = {
     "log_generations": {"type": "int", "default": LOG_GENERATIONS},
     "progress_interval": {"type": "float", "default": 10},
     "launcher": {"type": "str", "choices": list(LAUNCHERS), "default": "detached"},
+    **argument_specs.HTTP,
+    **argument_specs.ROUTER,
     **argument_specs.SYSTEMD,
     **argument_specs.JOURNAL,
 }

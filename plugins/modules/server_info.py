@@ -18,6 +18,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.http
+  - gpuops.sglang.common.health
   - gpuops.sglang.common.systemd
   - gpuops.sglang.common.journal
 attributes:
@@ -216,6 +217,7 @@ def main():
             }},
             "log_path": {"type": "path"},
             **argument_specs.HTTP,
+            **argument_specs.HEALTH,
             **argument_specs.STATE_DIR,
             **argument_specs.SYSTEMD,
             **argument_specs.JOURNAL,

@@ -29,6 +29,10 @@ description:
     ready; RV(msg) names each such server and why.
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
     a log that was not rotated cannot report a previous run's phase or crash.
+  - With O(router_url), once every server is decided, each ready one is added back to the router and must be
+    listed healthy within O(router_timeout); one that is not is reported V(unrouted) and fails the task while it
+    keeps running. RV(servers[].router) has its new router id. Servers that are not ready are never added, since
+    the router's add job cannot be cancelled and would add a crashed server whenever it answered again.
   - When the wait is over, the outcome of every server (settings of its launch script, what it configured,
     startup timings, error line) is appended to the run journal (O(journal)), and each server is compared with
     the last earlier run in which it came up with the same model (RV(servers[].since_last_good)).
@@ -38,6 +42,8 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.http
+  - gpuops.sglang.common.health
+  - gpuops.sglang.common.router
   - gpuops.sglang.common.journal
   - ansible.builtin.action_common_attributes.flow
 attributes:
@@ -211,7 +217,8 @@ servers:
     status:
       description:
         - V(ready), V(crashed) (process gone, or its log shows a fatal error), V(stalled), V(timeout),
-          V(replaced) (another run relaunched it meanwhile); V(starting) only in check mode.
+          V(replaced) (another run relaunched it meanwhile), V(unrouted) (ready, but the router did not take it
+          back; C(router_error) says why); V(starting) only in check mode.
       type: str
       sample: ready
     phase:
@@ -239,6 +246,12 @@ servers:
       description: The error the log shows, C(summary) (the exception line) and C(traceback); null when none.
       type: dict
       sample: {"summary": "RuntimeError: NCCL error: unhandled system error", "traceback": "Traceback ..."}
+    router:
+      description:
+        - With O(router_url), for a ready server - C(worker_url) (the server as the router's worker), C(worker_id)
+          (its new id in the router) and C(healthy) (listed healthy, so it takes the router's traffic).
+      type: dict
+      sample: {"worker_url": "http://10.0.0.5:30003", "worker_id": "4b1e...", "healthy": true}
     exit_status:
       description: Exit status of the main process when the host still knows it (shell style, 137 for SIGKILL).
       type: int

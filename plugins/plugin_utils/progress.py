@@ -45,8 +45,11 @@ def format_wait_progress(host, reports):
 
 def _server_step_words(server):
     step, seconds = server["step"], server["seconds"]
+    if step == "draining":
+        left = server.get("requests_left")
+        return "draining" + (f", {left} requests left" if left is not None else "") + f" ({seconds:.0f} s)"
     if step == "stopping":
-        return f"draining {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
+        return f"stopping {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
     if step == "killing":
         return f"SIGKILL sent {seconds:.0f} s ago ({server['processes_left']} processes left)"
     busy = {gpu: mib for gpu, mib in (server.get("gpu_used_mib") or {}).items() if mib}
@@ -64,6 +67,9 @@ def _event_words(event):
         why = ("it ignored SIGTERM for the whole stop_timeout" if event.get("ignored_sigterm")
                else "processes it spawned while shutting down")
         return f"SIGKILL sent {event['after_s']:.0f} s after SIGTERM: {why} ({event['processes']} processes)"
+    if kind == "drain_end":
+        return (f"drain_timeout reached after {event['seconds']:.0f} s with {event['requests_left']} requests in "
+                "flight: stopping it anyway (those requests fail)")
     if kind == "stopped":
         return f"stopped in {event['stop_s']:.1f} s"
     if kind == "launched":
@@ -75,12 +81,13 @@ def format_server_progress(host, progress):
     """What happened since the last line, one line each, then where every unfinished server stands:
 
     ``ct200: gpu5 SIGKILL sent 30 s after SIGTERM: it ignored SIGTERM ...`` and
-    ``ct200: 6/8 stopped or launched after 31 s | gpu3 draining 12 s after SIGTERM (2 processes left)``.
+    ``ct200: 6/8 stopped or launched after 31 s | gpu3 draining, 12 requests left (8 s) | gpu5 stopping 2 s after
+    SIGTERM (2 processes left)``.
     """
     if not progress or not progress.get("servers"):
         return None
     lines = [f"{host}: {event['server']} {_event_words(event)}" for event in progress.get("events") or []
-             if event["event"] in ("sigkill", "failed")]
+             if event["event"] in ("sigkill", "failed") or event.get("outcome") == "timed_out"]
     servers = progress["servers"]
     pending = [server for server in servers if server["step"] not in ("done", "failed")]
     if pending:

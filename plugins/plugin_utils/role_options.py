@@ -7,6 +7,9 @@ one place the roles' numeric ranges live (a variable handed to a module takes th
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.draining import (
+    router_problems,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
     PROBE_RANGES,
     ROUTES,
@@ -46,6 +49,8 @@ ROLE_OPTION_RANGES = {
     "relaunch_expect_min_running_requests": count(1, 10 ** 12),
     "relaunch_expect_min_total_tokens": count(1, 10 ** 12),
     "relaunch_stop_timeout": SERVER_RANGES["stop_timeout"],
+    "relaunch_drain_timeout": SERVER_RANGES["drain_timeout"],
+    "relaunch_router_timeout": SERVER_RANGES["router_timeout"],
     "relaunch_gpu_free_timeout": SERVER_RANGES["gpu_free_timeout"],
     "relaunch_gpu_free_threshold_mib": SERVER_RANGES["gpu_free_threshold_mib"],
     "relaunch_lock_timeout": SERVER_RANGES["lock_timeout"],
@@ -155,4 +160,7 @@ def option_problems(values):
     api_key = api_key_problem(values.get("sglang_api_key"))
     if api_key:
         problems.append(api_key)
+    problems += router_problems(values.get("sglang_router_url"), values.get("sglang_host") or "127.0.0.1",
+                                values.get("sglang_router_worker_host"),
+                                names=("sglang_router_url", "sglang_router_worker_host"))
     return problems

@@ -11,9 +11,11 @@ autouse fixture ``test_token`` SIGKILLs every process carrying it when the test 
 other tests or other users of this machine are never touched.
 """
 
+import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -440,3 +442,58 @@ class SimHost:
 @pytest.fixture
 def sim_host(tmp_path, fake_gpus, test_token, model_dir):
     return SimHost(tmp_path, fake_gpus, test_token, model_dir)
+
+
+# The real sglang-router 0.3.2 (tests/integration/test_router.py, test_rolling_relaunch.py). Short health checks so a
+# draining server is judged within seconds; round_robin so every server gets requests (cache_aware sent everything
+# to one of two idle servers when the reference was written).
+ROUTER_FLAGS = ["--policy", "round_robin", "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
+                "--health-failure-threshold", "3", "--health-success-threshold", "2",
+                "--worker-startup-timeout-secs", "5", "--log-level", "info"]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Router:
+    def __init__(self, process, url, log_path):
+        self.process, self.url, self.log_path = process, url, log_path
+
+    def log(self):
+        with open(self.log_path, errors="replace") as handle:
+            return ANSI.sub("", handle.read())
+
+
+def http_status(port, path, timeout=5):
+    """``(status, body)`` of a GET on loopback; ``(None, "")`` when nothing answers."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    except OSError:
+        return None, ""
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def start_router(tmp_path, test_token, wait_until):
+    """``start_router(*worker_urls, extra=())``: the real router on loopback, answering; a Router."""
+    def start(*worker_urls, extra=()):
+        port = free_port_block(2)
+        log_path = tmp_path / f"router-{port}.log"
+        argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1), *ROUTER_FLAGS, *extra]
+        if worker_urls:
+            argv += ["--worker-urls", *worker_urls]
+        env = dict(os.environ, GPUOPS_TEST_TOKEN=test_token, SPT_NOENV="1")
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        router = Router(process, f"http://127.0.0.1:{port}", log_path)
+        wait_until(lambda: process.poll() is not None or http_status(port, "/liveness")[0] == 200, timeout=20,
+                   what="the router answering /liveness")
+        assert process.poll() is None, f"the router exited with {process.returncode}:\n{router.log()[-3000:]}"
+        # The cleanup finds it by the token (setproctitle would have wiped it without SPT_NOENV).
+        assert process.pid in tagged_pids(test_token)
+        return router
+
+    return start

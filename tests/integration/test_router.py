@@ -11,7 +11,6 @@ answer starts, so a count is taken as soon as the requests are under way.
 
 import http.client
 import json
-import os
 import re
 import signal
 import subprocess
@@ -25,29 +24,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
     RouterError,
 )
 
-from .conftest import PYTHON, free_port_block, tagged_pids
+from .conftest import free_port_block, http_status
 
 pytest.importorskip("sglang_router", reason="sglang-router is not installed (requirements/requirements.txt pins "
                                             "sglang-router==0.3.2; run make, or pip install it into .venv)")
 
-# Short health checks so a draining server is judged within seconds; round_robin so every server gets requests
-# (cache_aware sent everything to one of two idle servers when the reference was written).
-ROUTER_FLAGS = ["--policy", "round_robin", "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
-                "--health-failure-threshold", "3", "--health-success-threshold", "2",
-                "--worker-startup-timeout-secs", "5", "--log-level", "info"]
 DECODE_RATE = 40  # tokens/s per request: a 100-token stream lasts 2.5 s
 ROUTES = ("/generate", "/v1/completions")
 ACCESS_LINE = re.compile(r'"POST (/generate|/v1/completions) HTTP/1\.1" 200')
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class Router:
-    def __init__(self, process, url, log_path):
-        self.process, self.url, self.log_path = process, url, log_path
-
-    def log(self):
-        with open(self.log_path, errors="replace") as handle:
-            return ANSI.sub("", handle.read())
 
 
 class Server:
@@ -63,18 +47,6 @@ class Server:
     def requests_served(self):
         """Generation requests whose answer has started (warmup included)."""
         return len(ACCESS_LINE.findall(self.log()))
-
-
-def get(port, path, timeout=5):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        return response.status, response.read().decode()
-    except OSError:
-        return None, ""
-    finally:
-        connection.close()
 
 
 def stream(port, route, tokens, outcomes, api_key=None):
@@ -131,33 +103,9 @@ def start_servers(make_server, tmp_path, wait_until):
             started.append(server)
             servers.append(server)
         for server in servers:
-            wait_until(lambda server=server: get(server.port, "/health")[0] == 200, timeout=20,
+            wait_until(lambda server=server: http_status(server.port, "/health")[0] == 200, timeout=20,
                        what=f"{server.name} ready")
         return servers
-
-    return start
-
-
-@pytest.fixture
-def start_router(tmp_path, test_token, wait_until):
-    """``start_router(*worker_urls, extra=())``: the real router on loopback, answering; a Router."""
-    def start(*worker_urls, extra=()):
-        port = free_port_block(2)
-        log_path = tmp_path / f"router-{port}.log"
-        argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
-                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1), *ROUTER_FLAGS, *extra]
-        if worker_urls:
-            argv += ["--worker-urls", *worker_urls]
-        env = dict(os.environ, GPUOPS_TEST_TOKEN=test_token, SPT_NOENV="1")
-        with open(log_path, "w") as log:
-            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        router = Router(process, f"http://127.0.0.1:{port}", log_path)
-        wait_until(lambda: process.poll() is not None or get(port, "/liveness")[0] == 200, timeout=20,
-                   what="the router answering /liveness")
-        assert process.poll() is None, f"the router exited with {process.returncode}:\n{router.log()[-3000:]}"
-        # The cleanup finds it by the token (setproctitle would have wiped it without SPT_NOENV).
-        assert process.pid in tagged_pids(test_token)
-        return router
 
     return start
 

@@ -6,7 +6,8 @@ of v0.5.9 ("classic") or v0.5.23 ("new"), the process tree (schedulers titled ``
 dying with their parent), GPU memory held through tests/simulator/fakegpu.py, the HTTP endpoints
 and their phases (connection refused -> 503 -> 200), SIGTERM handling and the common failures.
 
-Once ready it serves ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` (streaming too) through
+Once ready it serves ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` (streaming too, and the
+schedulers' live counts on ``/v1/loads``) through
 one scheduler per DP rank that behaves like SGLang's under load (``Serving`` below):
   * a FIFO waiting queue; a request is admitted while fewer than ``max_running_requests`` run and its
     prompt + max_new_tokens fit in what the KV pool (``max_total_num_tokens``) has not reserved for others;
@@ -44,6 +45,7 @@ import argparse
 import bisect
 import collections
 import ctypes
+import datetime
 import heapq
 import http.server
 import itertools
@@ -1162,6 +1164,19 @@ class Serving:
         with self.lock:
             return self.ranks[dp_rank].gauges["gen_throughput"]
 
+    def loads(self):
+        with self.lock:
+            now = time.monotonic()
+            loads = []
+            for dp_rank, rank in enumerate(self.ranks):
+                rank.advance(now)
+                used, kv_usage, _mamba = rank.usage(now, list(rank.running.values()))
+                loads.append({"dp_rank": dp_rank, "num_running_reqs": len(rank.running),
+                              "num_waiting_reqs": len(rank.waiting), "num_used_tokens": used,
+                              "max_total_num_tokens": rank.pool_tokens, "token_usage": round(kv_usage, 4),
+                              "gen_throughput": rank.gauges["gen_throughput"], "max_running_requests": rank.max_running})
+            return loads
+
     def metrics(self, labels):
         """The Prometheus text: per-rank scheduler gauges, then the tokenizer's counters and histograms."""
         hybrid = self.ranks[0].mamba_slots is not None
@@ -1466,12 +1481,7 @@ class Server:
             if not remaining:
                 break
             time.sleep(5)
-        for pid in descendants(os.getpid()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        os._exit(0)
+        kill_process_tree()  # as SGLang 0.5.10 does after the drain: the shell sees 137
 
     # lifecycle --------------------------------------------------------------------------------
     def run(self):
@@ -1576,6 +1586,11 @@ class Server:
             info["startup_time"] = self.scheduler_info["timings"]
         return info
 
+    def loads(self):
+        """GET /v1/loads (SGLang's v1_loads.py): the schedulers' live counts per DP rank, metrics enabled or not."""
+        return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": VERSIONS[SIM.log_format],
+                "loads": self.serving.loads()}
+
     def metrics(self):
         labels = {"engine_type": "unified", "model_name": self.args.served_model_name, "pp_rank": "0", "tp_rank": "0"}
         return self.serving.metrics(labels)
@@ -1667,6 +1682,8 @@ def make_handler(server):
                 return self.reply(200, {"object": "list", "data": [{
                     "id": name, "object": "model", "created": int(server.start_time), "owned_by": "sglang",
                     "root": name, "max_model_len": server.scheduler_info["context_len"]}]})
+            if path == "/v1/loads" and self.command == "GET":  # SGLang PR #16976 (January 2026), before 0.5.9
+                return self.reply(200, server.loads())
             if path == "/metrics" and server.args.enable_metrics and self.command == "GET":
                 return self.reply(200, server.metrics(), "text/plain; version=0.0.4; charset=utf-8")
             if path in GENERATION_ROUTES and self.command == "POST":

@@ -54,6 +54,9 @@ def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down
     progress = {"elapsed": 31.4, "servers": [
         step("gpu0", "done"),
         step("gpu1", "stopping", 12.3, processes_left=3, signal="SIGTERM"),
+        step("gpu5", "draining", 8.2, requests_left=12),
+        step("gpu6", "draining", 0.1, requests_left=None),
+        step("gpu7", "draining", 60.0, requests_left=3),
         step("gpu2", "killing", 0.5, processes_left=1, signal="SIGKILL"),
         step("gpu3", "verifying", 8.0, gpu_used_mib={"3": 40000}),
         step("gpu4", "failed", 60.0, error="gpu4 is down: ..."),
@@ -62,12 +65,21 @@ def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down
         {"server": "gpu2", "event": "sigkill", "at_s": 30.0, "after_s": 30.0, "processes": 1,
          "ignored_sigterm": True},
         {"server": "gpu4", "event": "failed", "at_s": 31.0, "error": "gpu4 is down: GPU 4 memory not freed"},
+        {"server": "gpu0", "event": "drain_end", "at_s": 0.5, "outcome": "drained", "seconds": 0.5,
+         "requests_left": 0, "error": None},
+        {"server": "gpu7", "event": "drain_end", "at_s": 60.0, "outcome": "timed_out", "seconds": 60.0,
+         "requests_left": 3, "error": None},
     ]}
     assert format_server_progress("ct200", progress).split("\n") == [
         "ct200: gpu2 SIGKILL sent 30 s after SIGTERM: it ignored SIGTERM for the whole stop_timeout (1 processes)",
         "ct200: gpu4 FAILED: gpu4 is down: GPU 4 memory not freed",
-        ("ct200: 1/5 stopped or launched after 31 s"
-         " | gpu1 draining 12 s after SIGTERM (3 processes left)"
+        ("ct200: gpu7 drain_timeout reached after 60 s with 3 requests in flight: stopping it anyway (those requests "
+        "fail)"),
+        ("ct200: 1/8 stopped or launched after 31 s"
+         " | gpu1 stopping 12 s after SIGTERM (3 processes left)"
+         " | gpu5 draining, 12 requests left (8 s)"
+         " | gpu6 draining (0 s)"
+         " | gpu7 draining, 3 requests left (60 s)"
          " | gpu2 SIGKILL sent 0 s ago (1 processes left)"
          " | gpu3 waiting 8 s for GPU memory to be freed (GPU 3 40000 MiB)"),
     ]

@@ -1,0 +1,166 @@
+"""Zero-downtime rolling relaunch behind the REAL sglang-router 0.3.2: relaunch.yml on a simulated 8-GPU host while
+16 clients stream through the router the whole time.
+
+With sglang_router_url each server is taken out of the router, drained (its requests in flight reach 0), stopped,
+relaunched, and added back healthy before the next batch: no request fails. The same relaunch without the router
+integration (and without a drain, as the collection stopped servers before) fails the requests that are still
+running when a server is killed; both counts are printed. Requests last 2.5 s and relaunch_stop_timeout is 1 s,
+the scaled-down picture of generations longer than a 30 s stop_timeout.
+"""
+
+import http.client
+import json
+import threading
+import time
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils.router import RouterClient
+
+from .conftest import free_port_block
+
+pytest.importorskip("sglang_router", reason="sglang-router is not installed (requirements/requirements.txt pins "
+                                            "sglang-router==0.3.2; run make, or pip install it into .venv)")
+
+CLIENTS = 16
+TOKENS = 100  # at 40 tokens/s: 2.5 s per request
+SETTINGS = {"relaunch_state": "restarted", "relaunch_batch_size": 2, "relaunch_stop_timeout": 1,
+            "relaunch_drain_timeout": 30}
+
+
+class Load:
+    """``clients`` closed-loop streaming clients through the router until stopped; every outcome is kept."""
+
+    def __init__(self, port, clients=CLIENTS):
+        self.port = port
+        self.outcomes = []  # (ok, what)
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.client, args=(index,)) for index in range(clients)]
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(60)
+
+    def client(self, index):
+        while not self.stopping.is_set():
+            self.outcomes.append(self.request(index))
+
+    def request(self, index):
+        body = {"text": f"client {index}: the capital of France is", "stream": True,
+                "sampling_params": {"max_new_tokens": TOKENS}}
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            text = response.read().decode()
+            if response.status != 200:
+                return False, f"HTTP {response.status}: {text[:200]}"
+            return text.rstrip().endswith("data: [DONE]"), "200, the stream ended without [DONE]"
+        except (OSError, http.client.HTTPException) as exc:
+            return False, repr(exc)
+        finally:
+            connection.close()
+
+    def failures(self):
+        return [what for ok, what in self.outcomes if not ok]
+
+
+class Capacity:
+    """How many servers the router lists healthy, sampled every 0.2 s while a relaunch runs."""
+
+    def __init__(self, client):
+        self.client = client
+        self.samples = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.sample)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        self.thread.join(10)
+
+    def sample(self):
+        while not self.stopping.wait(0.2):
+            self.samples.append(sum(worker.healthy for worker in self.client.workers()))
+
+
+def state(sim_host, name):
+    with open(sim_host.dir / "state" / f"{name}.json") as handle:
+        return json.load(handle)
+
+
+def pids(sim_host):
+    return {f"gpu{index}": state(sim_host, f"gpu{index}")["pid"] for index in range(8)}
+
+
+@pytest.fixture
+def fleet(sim_host, start_router, wait_until):
+    """The 8 simulated servers up, behind the real router that lists them all healthy: (sim_host, router, client)."""
+    sim_host.host_vars["sglang_env"]["SGLANG_SIM_DECODE_TOKENS_PER_S"] = "40"
+    sim_host.inventory.write_text(json.dumps({"all": {"children": {"sglang_hosts": {
+        "hosts": {"simhost": sim_host.host_vars}}}}}))
+    assert sim_host.run("relaunch").rc == 0
+    urls = [f"http://127.0.0.1:{sim_host.port(index)}" for index in range(8)]
+    router = start_router(*urls)
+    client = RouterClient(router.url, timeout=5)
+    wait_until(lambda: sum(worker.healthy for worker in client.workers()) == 8, timeout=30,
+               what="the router listing all 8 servers healthy")
+    return sim_host, router, client
+
+
+def test_rolling_relaunch_behind_the_router_fails_no_request(fleet):
+    sim_host, router, client = fleet
+    before = pids(sim_host)
+    with Load(int(router.url.rsplit(":", 1)[1])) as load, Capacity(client) as capacity:
+        time.sleep(2)  # the load is under way on every server
+        result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url), json_output=False,
+                              timeout=600)
+        time.sleep(1)
+    assert result.rc == 0, result.stdout[-6000:]
+    failures = load.failures()
+    print(f"behind the router: {len(load.outcomes)} requests, {len(failures)} failed; "
+          f"healthy servers min {min(capacity.samples)} of 8")
+    assert len(load.outcomes) > CLIENTS * 4, "the load ran through the whole relaunch"
+    assert failures == []
+    after = pids(sim_host)
+    assert all(after[name] != before[name] for name in before), "every server was relaunched"
+    workers = client.workers()
+    assert sorted(worker.url for worker in workers if worker.healthy) == sorted(
+        f"http://127.0.0.1:{sim_host.port(index)}" for index in range(8)), "each back in the router, healthy"
+    assert min(capacity.samples) >= 6, capacity.samples
+    draining = [line for line in result.stdout.splitlines() if "draining" in line]
+    print("\n".join(draining[:6]))
+    assert draining, "the drain is visible in the progress lines"
+
+
+def test_the_same_relaunch_without_the_router_integration_fails_requests(fleet):
+    sim_host, router, _client = fleet
+    with Load(int(router.url.rsplit(":", 1)[1])) as load:
+        time.sleep(2)
+        result = sim_host.run("relaunch", dict(SETTINGS, relaunch_drain_timeout=0), timeout=600)
+        time.sleep(1)
+    assert result.rc == 0
+    failures = load.failures()
+    print(f"without the router integration: {len(load.outcomes)} requests, {len(failures)} failed: "
+          f"{sorted(set(failures))[:3]}")
+    assert failures, "killing servers the router still sends requests to fails some of them"
+
+
+def test_an_unreachable_router_fails_the_run_before_any_server_is_touched(fleet):
+    sim_host, _router, _client = fleet
+    before = pids(sim_host)
+    nowhere = f"http://127.0.0.1:{free_port_block(1)}"
+    result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=nowhere))
+    assert result.rc != 0
+    [task] = result.task("Bring servers")
+    assert task["msg"].startswith(f"sglang router {nowhere}: checking the router (GET /workers): ")
+    assert task["msg"].endswith("; nothing was touched")
+    assert pids(sim_host) == before
