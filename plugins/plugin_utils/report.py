@@ -86,7 +86,32 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     down = [result["name"] for result in server_results or [] if result.get("down")]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
     return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
+            + drain_and_router_lines(server_results, wait_results)
             + since_last_good_lines(servers, actions, waits) + rollback_lines(rollbacks) + probe_lines(probe))
+
+
+def drain_and_router_lines(server_results, wait_results):
+    """How the stopped servers drained (the longest, and those cut at drain_timeout), and whether the ready ones
+    are back in the router."""
+    lines = []
+    drains = [(result["name"], result["drain"]) for result in server_results or [] if result.get("drain")]
+    if drains:
+        name, longest = max(drains, key=lambda item: item[1]["seconds"])
+        line = f"drained before the stop: {len(drains)} servers, the longest {longest['seconds']:.1f} s ({name})"
+        cut = [f"{name} ({drain['requests_left']} requests)" for name, drain in drains
+               if drain["outcome"] == "timed_out"]
+        if cut:
+            line += "; stopped at drain_timeout with requests in flight, which failed: " + ", ".join(cut)
+        lines.append(line)
+    routed = [result for result in wait_results or [] if result.get("router")]
+    if routed:
+        back = [result for result in routed if result["router"]["healthy"]]
+        line = f"router: {len(back)}/{len(routed)} ready servers back in it, healthy"
+        lost = [f"{result['name']} ({result.get('router_error')})" for result in routed if result not in back]
+        if lost:
+            line += "; NOT back: " + "; ".join(lost)
+        lines.append(line)
+    return lines
 
 
 # What a new configuration may fail with so that its server goes back to its last good one (not "replaced":

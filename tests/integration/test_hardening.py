@@ -46,8 +46,8 @@ def test_the_stop_phase_is_visible_while_a_server_ignores_sigterm(ansible, host_
     result = run.result(timeout=120)
     assert not result.get("failed"), result.get("msg")
     assert result["servers"][0]["killed"][0]["signal"] == "SIGKILL"
-    # Seconds one after another while it drains, then why it is killed - not 3 silent seconds.
-    assert any("stubborn draining" in line and "after SIGTERM" in line for line in run.progress), run.progress
+    # Seconds one after another while it stops, then why it is killed - not 3 silent seconds.
+    assert any("stubborn stopping" in line and "after SIGTERM" in line for line in run.progress), run.progress
     assert "localhost: stubborn SIGKILL sent 3 s after SIGTERM: it ignored SIGTERM for the whole stop_timeout " \
         "(3 processes)" in run.progress, run.progress
 

@@ -164,3 +164,25 @@ def test_an_unreachable_router_fails_the_run_before_any_server_is_touched(fleet)
     assert task["msg"].startswith(f"sglang router {nowhere}: checking the router (GET /workers): ")
     assert task["msg"].endswith("; nothing was touched")
     assert pids(sim_host) == before
+
+
+def test_a_server_the_router_does_not_take_back_fails_the_run_and_halts_the_next_batches(fleet):
+    # The router cannot reach 127.0.0.2 (the servers listen on 127.0.0.1): its add jobs never succeed.
+    sim_host, router, _client = fleet
+    before = pids(sim_host)
+    result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url,
+                                           sglang_router_worker_host="127.0.0.2", relaunch_router_timeout=3))
+    assert result.rc != 0
+    wait, *later = result.task("Wait until the launched servers are ready")
+    assert all(task.get("skipped") for task in later), "the next batches halted"
+    assert [(server["name"], server["status"]) for server in wait["servers"]] == [
+        ("gpu0", "unrouted"), ("gpu1", "unrouted")]
+    assert wait["servers"][0]["msg"].startswith("gpu0 ready after ")
+    assert "but not taken back by the router, so it gets no traffic from it: sglang router" in \
+        wait["servers"][0]["msg"]
+    after = pids(sim_host)
+    assert after["gpu0"] != before["gpu0"] and after["gpu1"] != before["gpu1"], "relaunched, and running"
+    assert all(after[name] == before[name] for name in before if name not in ("gpu0", "gpu1")), "halted"
+    [summary] = result.task("Summary")
+    assert any(line.startswith("router: 0/2 ready servers back in it, healthy; NOT back: gpu0 (") for line in
+               summary["msg"])

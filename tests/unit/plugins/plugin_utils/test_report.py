@@ -131,3 +131,27 @@ def test_fleet_problems_name_dead_crashed_and_orphaned_servers_with_their_error(
         "gpu2 orphaned: its main process is gone but pids 41, 42 still run",
         "gpu3 dead: launched, but no process of it is left (its log ends in phase ready)",
     ]
+
+
+def test_summary_says_how_servers_drained_and_whether_the_router_took_them_back():
+    drained = {"outcome": "drained", "seconds": 2.4, "requests_left": 0, "error": None}
+    server_results = [
+        {"name": "gpu0", "action": "relaunched", "drain": drained},
+        {"name": "gpu1", "action": "relaunched", "drain": dict(drained, seconds=3.1)},
+        {"name": "gpu2", "action": "relaunched",
+         "drain": {"outcome": "timed_out", "seconds": 60.0, "requests_left": 3, "error": None}},
+    ]
+    routed = {"worker_url": "http://10.0.0.5:30000", "worker_id": "4b1e", "healthy": True}
+    waits = [dict(WAITS[0], router=routed),
+             {"name": "gpu1", "status": "unrouted", "phase": "ready", "facts": {}, "router_error": "still pending",
+              "router": dict(routed, healthy=False)},
+             dict(WAITS[0], name="gpu2", router=routed)]
+    lines = relaunch_summary(SERVERS, server_results, waits)
+    assert lines[5:] == [
+        ("drained before the stop: 3 servers, the longest 60.0 s (gpu2); stopped at drain_timeout with requests in "
+        "flight, which failed: gpu2 (3 requests)"),
+        "router: 2/3 ready servers back in it, healthy; NOT back: gpu1 (still pending)",
+    ]
+    # Without a drain or a router, nothing is said.
+    assert not any(line.startswith(("drained", "router")) for line in relaunch_summary(
+        SERVERS, [{"name": "gpu0", "action": "relaunched"}], WAITS))
