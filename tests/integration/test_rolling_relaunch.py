@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import RouterClient
 
 from .conftest import free_port_block
+from .test_secrets import assert_nothing_leaks, leaks
 
 pytest.importorskip("sglang_router", reason="sglang-router is not installed (requirements/requirements.txt pins "
                                             "sglang-router==0.3.2; run make, or pip install it into .venv)")
@@ -101,19 +102,23 @@ def pids(sim_host):
     return {f"gpu{index}": state(sim_host, f"gpu{index}")["pid"] for index in range(8)}
 
 
-@pytest.fixture
-def fleet(sim_host, start_router, wait_until):
-    """The 8 simulated servers up, behind the real router that lists them all healthy: (sim_host, router, client)."""
+def bring_up(sim_host, start_router, wait_until, api_key=None):
+    """The 8 simulated servers up, behind the real router that lists them all healthy: (router, client)."""
     sim_host.host_vars["sglang_env"]["SGLANG_SIM_DECODE_TOKENS_PER_S"] = "40"
     sim_host.inventory.write_text(json.dumps({"all": {"children": {"sglang_hosts": {
         "hosts": {"simhost": sim_host.host_vars}}}}}))
     assert sim_host.run("relaunch").rc == 0
     urls = [f"http://127.0.0.1:{sim_host.port(index)}" for index in range(8)]
-    router = start_router(*urls)
-    client = RouterClient(router.url, timeout=5)
+    router = start_router(*urls, extra=("--api-key", api_key) if api_key else ())
+    client = RouterClient(router.url, api_key=api_key, timeout=5)
     wait_until(lambda: sum(worker.healthy for worker in client.workers()) == 8, timeout=30,
                what="the router listing all 8 servers healthy")
-    return sim_host, router, client
+    return router, client
+
+
+@pytest.fixture
+def fleet(sim_host, start_router, wait_until):
+    return (sim_host, *bring_up(sim_host, start_router, wait_until))
 
 
 def test_rolling_relaunch_behind_the_router_fails_no_request(fleet):
@@ -186,3 +191,20 @@ def test_a_server_the_router_does_not_take_back_fails_the_run_and_halts_the_next
     [summary] = result.task("Summary")
     assert any(line.startswith("router: 0/2 ready servers back in it, healthy; NOT back: gpu0 (") for line in
                summary["msg"])
+
+
+def test_the_router_key_is_never_shown_and_a_wrong_one_fails_before_anything_is_touched(
+        sim_host, start_router, wait_until):
+    key = "router-k,'\")} five{six}"
+    router, _client = bring_up(sim_host, start_router, wait_until, api_key=key)
+    before = pids(sim_host)
+    wrong = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url, sglang_router_api_key="wrong"))
+    assert wrong.rc != 0 and pids(sim_host) == before
+    [task] = wrong.task("Bring servers")
+    assert "HTTP 401" in task["msg"] and task["msg"].endswith("; nothing was touched") and "wrong" not in task["msg"]
+    right = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url, sglang_router_api_key=key,
+                                          relaunch_batch_size=4), args=("-vvvv", "--diff"))
+    assert right.rc == 0, right.stdout[-4000:]
+    assert all(pids(sim_host)[name] != before[name] for name in before)
+    assert_nothing_leaks(sim_host, [wrong, right], [key])
+    assert leaks(router.log(), [key]) == []
