@@ -30,13 +30,15 @@ def _user_errors(function):
 
 
 def sglang_topology(servers, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None,
-                    script_dir=None, log_dir=None):
+                    script_dir=None, log_dir=None, groups=None, host=None, play_hosts=None):
     """``sglang_servers | gpuops.sglang.topology(gpu_count=8, ...)`` -> validated server list.
 
-    With script_dir and log_dir each server also gets its ``launch_script`` and ``log_path``.
+    With script_dir and log_dir each server also gets its ``launch_script`` and ``log_path``; with ``groups``
+    (sglang_groups), ``host`` (inventory_hostname) and ``play_hosts``, the host's ranks of multi-node groups too.
     """
     servers = topology.expand_topology(servers or None, gpu_count=gpu_count, tp_size=tp_size, dp_size=dp_size,
-                                       base_port=base_port, host_gpu_count=host_gpu_count)
+                                       base_port=base_port, host_gpu_count=host_gpu_count, groups=groups,
+                                       host=host, play_hosts=play_hosts)
     if script_dir and log_dir:
         topology.add_paths(servers, script_dir, log_dir)
     return servers

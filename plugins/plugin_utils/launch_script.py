@@ -61,6 +61,8 @@ RESERVED_FLAGS = {
     "--tensor-parallel-size": "sglang_tp_size or the tp_size of a sglang_servers entry",
     "--dp-size": "sglang_dp_size or the dp_size of a sglang_servers entry",
     "--data-parallel-size": "sglang_dp_size or the dp_size of a sglang_servers entry",
+    **{flag: "sglang_groups (a multi-node group)" for flag in ("--nnodes", "--node-rank", "--dist-init-addr",
+                                                               "--nccl-init-addr")},
     **{flag: f"sglang_{key}" for key, flag in _SIMPLE_FLAGS},
     "--enable-metrics": "sglang_enable_metrics",
     "--api-key": "sglang_api_key",
@@ -249,6 +251,10 @@ def launch_argv(server, settings):
     argv += ["--tp-size", _text(merged.get("tp_size", 1))]
     if int(merged.get("dp_size", 1)) > 1:
         argv += ["--dp-size", _text(merged["dp_size"])]
+    node = merged.get("node")
+    if node:  # a rank of a multi-node group (sglang_groups)
+        argv += ["--nnodes", _text(node["nnodes"]), "--node-rank", _text(node["node_rank"]),
+                 "--dist-init-addr", _text(node["dist_init_addr"])]
     for key, flag in _SIMPLE_FLAGS:
         if merged.get(key) not in (None, ""):
             argv += [flag, _text(merged[key])]

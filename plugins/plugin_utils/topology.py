@@ -1,5 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Server topology of one GPU host: expansion of the generated layouts and validation.
+"""Server topology of one GPU host: expansion of the generated layouts, of the multi-node groups it is a node of,
+and validation.
 
 Runs on the controller so that a bad topology fails before any host is touched.
 """
@@ -24,6 +25,13 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import 
 TOPOLOGY_KEYS = ("name", "port", "gpus", "tp_size", "dp_size", "launch_script", "log_path")
 SERVER_KEYS = TOPOLOGY_KEYS + SERVER_SETTINGS
 _DICT_SETTINGS = ("env", "extra_args", "speculative")
+# A sglang_groups entry: one server whose tensor-parallel ranks span the hosts of ``nodes`` (rank 0 first), with
+# the settings every node's rank shares.
+GROUP_KEYS = ("name", "port", "tp_size", "nodes", "dist_init_port", "dist_init_addr") + SERVER_SETTINGS
+NODE_KEYS = ("host", "gpus", "address", "env")
+DEFAULT_DIST_INIT_PORT = 50000
+# The place of a group member in its group, set from sglang_groups only (the key ``node`` of a server).
+NODE_FIELDS = ("group", "nnodes", "node_rank", "dist_init_addr", "hosts")
 
 
 class TopologyError(ValueError):
@@ -83,7 +91,9 @@ def _normalize(server, position, problems):
         return None
     label = f"server {server.get('name', f'#{position}')!r}"
     result = dict(server)
-    problems.extend(f"{label}: {_unknown_key_problem(key)}" for key in server if key not in SERVER_KEYS)
+    node = server.get("node")  # a rank of a multi-node group: its GPUs are this host's share of tp_size
+    problems.extend(f"{label}: {_unknown_key_problem(key)}" for key in server
+                    if key not in SERVER_KEYS and not (key == "node" and isinstance(node, dict)))
     missing = [key for key in ("name", "port", "gpus") if key not in server]
     if missing:
         problems.append(f"{label}: missing {', '.join(missing)}")
@@ -121,10 +131,12 @@ def _normalize(server, position, problems):
     except ValueError:
         problems.append(f"{label}: tp_size/dp_size must be integers")
         return None
-    if tp_size < 1 or dp_size < 1 or tp_size * dp_size != len(gpus):
+    nodes = node["nnodes"] if node else 1
+    if tp_size < 1 or dp_size < 1 or tp_size * dp_size != len(gpus) * nodes:
+        where = f"its {len(gpus)} GPUs {gpus!r}" + (f" on each of its {nodes} nodes" if node else "")
         problems.append(
-            f"{label}: tp_size={tp_size} x dp_size={dp_size} does not match its {len(gpus)} GPUs {gpus!r}; "
-            "tp_size x dp_size must equal the number of GPUs"
+            f"{label}: tp_size={tp_size} x dp_size={dp_size} does not match {where}; "
+            "tp_size x dp_size must equal the number of GPUs" + (" of all its nodes" if node else "")
         )
     result["tp_size"], result["dp_size"] = tp_size, dp_size
     return result
@@ -174,20 +186,115 @@ def gpu_index_problems(servers, gpu_count):
             for server in servers for gpu in server["gpus"] if gpu >= count]
 
 
-def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None):
-    """The host's validated server list: the explicit ``servers`` when given, else the generated layout.
+def group_members(groups, host, play_hosts=None):
+    """The servers ``host`` runs as a node of the multi-node ``groups`` (sglang_groups), each with its ``node``:
+    group, nnodes, node_rank, dist_init_addr (rank 0's rendezvous) and the group's hosts in rank order.
+
+    Every group is checked, not only this host's: all nodes see the same problems, before any host is touched.
+    ``play_hosts``: the hosts of the play (ansible_play_hosts_all); a group must have all its nodes in it, or a
+    relaunch would stop ranks whose peers it cannot start.
+    """
+    if groups in (None, "", []):
+        return []
+    if not isinstance(groups, (list, tuple)):
+        raise TopologyError(f"sglang_groups must be a list of groups ({{name, port, tp_size, nodes, ...}}), "
+                            f"got a {kind(groups)}")
+    problems, members, names = [], [], set()
+    for position, group in enumerate(groups):
+        label = f"sglang_groups[{position}]"
+        if not isinstance(group, dict):
+            problems.append(f"{label}: {group!r} is not a dict with name, port, tp_size and nodes")
+            continue
+        label = f"group {group.get('name', f'#{position}')!r}"
+        problems.extend(f"{label}: unknown key {key!r}; a group takes {', '.join(GROUP_KEYS)}"
+                        for key in group if key not in GROUP_KEYS)
+        missing = [key for key in ("name", "port", "tp_size", "nodes") if key not in group]
+        if missing:
+            problems.append(f"{label}: missing {', '.join(missing)}")
+            continue
+        if group["name"] in names:
+            problems.append(f"duplicate group name {group['name']!r}")
+        names.add(group["name"])
+        nodes = group["nodes"]
+        if not isinstance(nodes, (list, tuple)) or len(nodes) < 2:
+            problems.append(f"{label}: nodes must list at least 2 nodes ({{host, gpus}}, rank 0 first); a group on "
+                            "one host is a server of sglang_servers")
+            continue
+        member = _group_member(group, label, host, play_hosts, problems)
+        if member:
+            members.append(member)
+    if problems:
+        raise TopologyError("invalid multi-node groups (sglang_groups):\n- " + "\n- ".join(problems))
+    return members
+
+
+def _group_member(group, label, host, play_hosts, problems):
+    """Check one group's nodes; this host's server of it (or None)."""
+    nodes, hosts, member = group["nodes"], [], None
+    for rank, node in enumerate(group["nodes"]):
+        if not isinstance(node, dict) or "host" not in node or "gpus" not in node:
+            problems.append(f"{label}: nodes[{rank}] {node!r} is not a dict with host and gpus")
+            return None
+        problems.extend(f"{label}: nodes[{rank}]: unknown key {key!r}; a node takes {', '.join(NODE_KEYS)}"
+                        for key in node if key not in NODE_KEYS)
+        if node["host"] in hosts:
+            problems.append(f"{label}: host {node['host']!r} is listed twice; one rank per host")
+        hosts.append(node["host"])
+        if play_hosts is not None and node["host"] not in play_hosts:
+            problems.append(f"{label}: node {node['host']!r} (rank {rank}) is not in this play; a group is relaunched "
+                            "as one unit, so every node must be (check --limit and the inventory)")
+        if node.get("env") is not None and not isinstance(node["env"], dict):
+            problems.append(f"{label}: nodes[{rank}].env must be a dict, got a {kind(node['env'])}")
+    try:
+        tp_size = _as_int(group["tp_size"])
+        counts = {len(parse_gpus(node["gpus"])) for node in nodes}
+    except ValueError:
+        problems.append(f"{label}: tp_size and every node's gpus must be integers (GPU indexes)")
+        return None
+    if len(counts) != 1 or tp_size != counts.pop() * len(nodes):
+        problems.append(f"{label}: tp_size={tp_size} must be split evenly over its {len(nodes)} nodes (the same "
+                        f"number of GPUs on each: {tp_size // len(nodes) if tp_size % len(nodes) == 0 else '?'}); "
+                        f"nodes have {[len(parse_gpus(node['gpus'])) for node in nodes]} GPUs")
+    address = group.get("dist_init_addr")
+    if address is None:
+        port = group.get("dist_init_port", DEFAULT_DIST_INIT_PORT)
+        try:
+            if not 1 <= _as_int(port) <= 65535:
+                raise ValueError(port)
+        except ValueError:
+            problems.append(f"{label}: dist_init_port {port!r} is not a TCP port (1-65535)")
+        address = f"{nodes[0].get('address') or nodes[0]['host']}:{port}"
+    elif not isinstance(address, str) or address.rpartition(":")[0] == "" or not address.rpartition(":")[2].isdigit():
+        problems.append(f"{label}: dist_init_addr {address!r} must be host:port, rank 0's rendezvous address")
+    if host in hosts:
+        rank = hosts.index(host)
+        node = nodes[rank]
+        member = {key: value for key, value in group.items() if key not in ("nodes", "dist_init_port", "dist_init_addr")}
+        member.update(gpus=node["gpus"], env={**(group.get("env") or {}), **(node.get("env") or {})},
+                      node={"group": group["name"], "nnodes": len(nodes), "node_rank": rank,
+                            "dist_init_addr": address, "hosts": hosts})
+    return member
+
+
+def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None,
+                    groups=None, host=None, play_hosts=None):
+    """The host's validated server list: the explicit ``servers`` when given, else the generated layout - unless
+    the host is a node of a multi-node group (``groups``), then only the explicit servers - plus its group ranks.
 
     host_gpu_count (reported by the host) bounds GPU indexes; it defaults to the declared gpu_count.
     """
-    if not servers:
-        try:
-            layout = [_as_int(value) for value in (gpu_count, tp_size, dp_size, base_port)]
-        except ValueError:
-            raise TopologyError("gpu_count, tp_size, dp_size and base_port must be integers, got "
-                                f"{gpu_count!r}, {tp_size!r}, {dp_size!r}, {base_port!r}") from None
-        servers = generate_servers(*layout)
+    members = group_members(groups, host, play_hosts)
     bound = host_gpu_count if host_gpu_count is not None else gpu_count
-    return validate_servers(servers, gpu_count=bound)
+    if servers or members:
+        if isinstance(servers, (list, tuple)) or not servers:  # else validate_servers names the wrong type
+            servers = list(servers or []) + members
+        return validate_servers(servers, gpu_count=bound)
+    try:
+        layout = [_as_int(value) for value in (gpu_count, tp_size, dp_size, base_port)]
+    except ValueError:
+        raise TopologyError("gpu_count, tp_size, dp_size and base_port must be integers, got "
+                            f"{gpu_count!r}, {tp_size!r}, {dp_size!r}, {base_port!r}") from None
+    return validate_servers(generate_servers(*layout), gpu_count=bound)
 
 
 def add_paths(servers, script_dir, log_dir):
