@@ -77,6 +77,12 @@ def model_of(settings):
     return flags.get("--model-path") or flags.get("--model")
 
 
+def node_rank_of(settings):
+    """The --node-rank of a launch (a node of a multi-node group), or None when it has none or it is no number."""
+    rank = ((settings or {}).get("flags") or {}).get("--node-rank")
+    return int(rank) if isinstance(rank, str) and rank.isdigit() else None
+
+
 def setting_changes(before, after):
     """What differs between two settings, flags first: ``[{"setting", "before", "after"}]`` (None = not set)."""
     changes = []

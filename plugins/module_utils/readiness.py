@@ -32,6 +32,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    node_rank_of,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     STATES,
     STILL_READY_RULES,
@@ -84,6 +87,7 @@ WAIT_ARGUMENT_SPEC = {
         "log_path": {"type": "path"},
         "pid": {"type": "int"},
         "action": {"type": "str"},
+        "node_rank": {"type": "int"},
     }},
     **argument_specs.HTTP,
     **argument_specs.HEALTH,
@@ -222,6 +226,10 @@ class ServerTracker:
         self.name = spec["name"]
         self._options = options
         state = read_state(options["state_dir"], self.name) or {}
+        # A node of a multi-node group; from rank 1 on its health endpoint is SGLang's placeholder.
+        self.node_rank = spec.get("node_rank")
+        if self.node_rank is None:
+            self.node_rank = node_rank_of(state.get("settings"))
         self.port = spec.get("port") or state.get("port")
         self.log_path = spec.get("log_path") or state.get("log_path")
         self.pid = spec.get("pid") or state.get("pid")
@@ -291,7 +299,7 @@ class ServerTracker:
         return Observation(
             now=now, snapshot=snapshot, pid=self.pid, recorded_pid=self._recorded_pid, main_alive=main_alive,
             exit_status=exit_status, log_phase=self.log.state.phase, crash_seen_at=self._crash_seen,
-            last_activity=self._last_activity, answer=answer,
+            last_activity=self._last_activity, answer=answer, placeholder_health=bool(self.node_rank),
             answer_sent_at=self.probe.started_at if answer is not None else None,
             stall_timeout=self._options["stall_timeout"], deadline=self._deadline)
 
@@ -354,6 +362,7 @@ class ServerTracker:
         return {
             "name": self.name,
             "port": self.port,
+            "node_rank": self.node_rank,
             "pid": self.pid,
             "log_path": self.log_path,
             "status": self.result["status"] if self.result else "waiting",

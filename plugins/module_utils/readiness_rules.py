@@ -48,6 +48,9 @@ class Observation:
     # when its probe was sent.
     answer: dict | None = None
     answer_sent_at: float | None = None
+    # Its health endpoint is a placeholder that always answers 200 (a node of a multi-node group other than rank
+    # 0): it is judged by its process and its log alone.
+    placeholder_health: bool = False
     # The wait's options: seconds of log silence that make a stall (0: off), and when the whole wait ends.
     stall_timeout: float = 0
     deadline: float | None = None
@@ -79,9 +82,18 @@ def replaced(observation):
 def answered_ready(observation):
     """Health answered 200 while its main process, where known, runs (else the port is not its own)."""
     answer = observation.answer
+    if observation.placeholder_health:
+        return None
     if answer is not None and answer["status"] == 200 and observation.main_alive is not False:
         return Verdict("ready", {"server_info": answer.get("server_info"),
                                  "server_info_error": answer.get("server_info_error")})
+    return None
+
+
+def rank_ready(observation):
+    """A node other than rank 0: its log says its schedulers are ready while its main process runs."""
+    if observation.placeholder_health and observation.log_phase == "ready" and observation.main_alive is not False:
+        return Verdict("ready")
     return None
 
 
@@ -113,9 +125,12 @@ def stall_suspected_since(observation):
 def stalled(observation):
     """Silent for stall_timeout, and a health probe sent since did not answer 200.
 
-    A silent log alone is not enough: a server that serves is never stalled (nor killed).
+    A silent log alone is not enough: a server that serves is never stalled (nor killed). A node whose health is a
+    placeholder is judged by its silence alone.
     """
     since, answer = stall_suspected_since(observation), observation.answer
+    if since is not None and observation.placeholder_health:
+        return Verdict("stalled")  # its placeholder would answer 200 even in a dead rendezvous
     if (since is not None and answer is not None and answer["status"] != 200
             and observation.answer_sent_at is not None and observation.answer_sent_at >= since):
         return Verdict("stalled")
@@ -160,11 +175,11 @@ def dead(observation):
 
 # The wait, every look until the server is decided: a replaced server is another run's (nothing of it is judged),
 # a ready answer beats a silent log, a crash beats the deadline.
-WAIT_RULES = (replaced, answered_ready, process_gone, crashed_in_log, stalled, timed_out)
+WAIT_RULES = (replaced, answered_ready, rank_ready, process_gone, crashed_in_log, stalled, timed_out)
 # The wait, once more at its end for every server decided ready: still this run's, still running, still listening.
 STILL_READY_RULES = (replaced, process_gone, stopped_answering)
 # server_info, one snapshot; no verdict means "starting" (alive, not answering 200, no crash in its log).
-SERVER_INFO_RULES = (orphaned, stopped, answered_ready, crashed_in_log, dead)
+SERVER_INFO_RULES = (orphaned, stopped, answered_ready, rank_ready, crashed_in_log, dead)
 
 
 # ---- the words of every state ---------------------------------------------------------------------
@@ -198,6 +213,9 @@ def _error(facts):
 
 
 def _ready(facts):
+    if facts.get("node_rank"):
+        return (f"{facts['name']} rank {facts['node_rank']} ready after {facts['seconds_to_ready']} s: its schedulers "
+                "are up (its health endpoint is SGLang's placeholder, never asked)")
     return f"{facts['name']} ready after {facts['seconds_to_ready']} s"
 
 

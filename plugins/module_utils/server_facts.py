@@ -24,6 +24,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    node_rank_of,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
 )
@@ -157,6 +160,8 @@ def describe_server(spec, params, now, by_name):
     return {
         "name": name,
         "port": spec.get("port") or state.get("port"),
+        # A node of a multi-node group: from rank 1 on, its health endpoint is a placeholder that proves nothing.
+        "node_rank": node_rank_of(state.get("settings")),
         "launcher": launcher_facts,
         "pid": pid,
         "alive": alive,
@@ -176,7 +181,7 @@ def server_status(server, now):
     """The verdict of ``SERVER_INFO_RULES`` on one snapshot, else starting; consumes the ``state_recorded`` key."""
     observation = Observation(now=now, snapshot=True, main_alive=server["main_alive"], processes_alive=server["alive"],
                               state_recorded=server.pop("state_recorded"), log_phase=server["log"].get("phase"),
-                              answer=server["health"])
+                              answer=server["health"], placeholder_health=bool(server.get("node_rank")))
     verdict = decide(observation, SERVER_INFO_RULES)
     return verdict.status if verdict else "starting"
 

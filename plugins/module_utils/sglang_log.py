@@ -294,6 +294,8 @@ RULES = (
     _rule(r"^INFO: +(?:Uvicorn running on|Application startup complete)", "warming_up"),
     _rule(r"^Engine startup timings \(s\): (.*)$", None, _on_startup_timings),
     _rule(r"^The server is fired up and ready to roll!", "ready"),
+    # A node of a multi-node group other than rank 0: its schedulers are ready, its health endpoint a placeholder.
+    _rule(r"^Dummy health check server started", "ready"),
     # ~v0.4.2 spelled it "child proces."; when the handler's log call itself failed (0.4.x, #3685) Python's
     # logging printed it as "Message: 'Received sigquit ...'"; v0.5.23's watchdog path says "SIGQUIT received. ...".
     _rule(r"^(?:Message: ')?Received sigquit from a child proces", "crashed", _on_crash_marker),
@@ -304,6 +306,8 @@ RULES = (
     _rule(r"^Subprocess \S+ \(pid=\d+\) crashed with exit code", "crashed", _on_crash_marker),
     _rule(r"^Child process unexpectedly failed with an exit code", "crashed", _on_crash_marker),
     _rule(r"^TokenizerManager hit an exception", "crashed", _on_crash_marker),
+    # A node other than rank 0 blocks over its schedulers and says when one ends.
+    _rule(r"^Scheduler or DataParallelController \d+ terminated with", "crashed", _on_crash_marker),
     _rule(SHELL_KILLED, "crashed", _on_crash_marker),
     # argparse rejecting a flag: "launch_server.py: error: unrecognized arguments: --tp-szie 2".
     _rule(r"^[\w. /-]+: error: ", "crashed", _on_crash_marker),

@@ -94,6 +94,12 @@ options:
           - What M(gpuops.sglang.server) did to the server (V(launched), V(relaunched), V(unchanged), ...),
             recorded in the run journal with its outcome.
         type: str
+      node_rank:
+        description:
+          - The server is this node of a multi-node group (C(--node-rank)). From rank 1 on SGLang serves a
+            placeholder health endpoint that always answers 200, so such a node is judged by its process and its log
+            alone (ready once its log says its schedulers are up, stalled after O(stall_timeout) of silence).
+        type: int
   timeout:
     description:
       - Seconds the whole wait may take (1-604800). Large models need tens of minutes (weight loading, JIT

@@ -22,7 +22,9 @@ def phase_words(phase, component=None):
 
 
 def format_wait_progress(host, reports):
-    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed in loading weights``.
+    """One line per host: ``ct200: 5/8 ready | gpu3 loading weights 37/64 | gpu7 crashed in loading weights``; a
+    node of a multi-node group says its rank: ``ct402: 0/1 ready | qwen-tp8 rank1 init distributed (waiting for
+    rank 0)``.
 
     Each server not ready says its part in the words of its state (``readiness_rules.STATES``).
     """
@@ -34,13 +36,22 @@ def format_wait_progress(host, reports):
         words = phase_words(phase, report.get("component"))
         if not state.decided and phase == "ready":
             words = "up, health pending"  # its log says ready, its health has not answered 200 yet
-        text = state.progress.format(name=report["name"], phase=words, counter=progress_suffix(phase, report["progress"]),
+        rank = report.get("node_rank")
+        if rank is not None and not state.decided and _in_rendezvous(report):
+            words = "init distributed (waiting for " + ("rank 0)" if rank else "the other nodes)")
+        name = report["name"] if rank is None else f"{report['name']} rank{rank}"
+        text = state.progress.format(name=name, phase=words, counter=progress_suffix(phase, report["progress"]),
                                      killed=" (killed)" if report.get("killed_pids") else "")
         silent = report.get("silent_s")
         if not state.decided and silent is not None and silent >= SILENT_AFTER_SECONDS:
             text += f", silent for {silent:.0f} s"
         parts.append(text)
     return " | ".join(parts)
+
+
+def _in_rendezvous(report):
+    """Its last line is the start of torch distributed init: it waits for every rank of the group to join."""
+    return report["phase"] == "initializing" and "Init torch distributed begin" in (report.get("last_log_line") or "")
 
 
 def _server_step_words(server):

@@ -226,3 +226,20 @@ def test_every_state_is_a_verdict_or_not_and_says_its_progress_with_the_document
                 "gpu7 "), name
     assert [name for name, state in STATES.items() if state.ready] == ["ready"]
     assert {name for name, state in STATES.items() if not state.decided} == {"waiting", "starting"}
+
+
+def test_a_node_after_rank_0_is_judged_by_its_log_and_process_never_by_its_placeholder_health():
+    placeholder = {"placeholder_health": True}
+    # Its dummy endpoint answers 200 from the start and through a dead rendezvous: that is no readiness.
+    assert status(look(answer=answer(200), log_phase="initializing", **placeholder)) is None
+    assert status(look(answer=answer(200), **dict(SILENT, log_phase="initializing"), **placeholder)) == "stalled"
+    assert status(look(log_phase="ready", **placeholder)) == "ready"
+    assert status(look(log_phase="ready", main_alive=False, exit_status=137, **placeholder)) == "crashed"
+    assert status(look(log_phase="crashed", crash_seen_at=NOW - CRASH_GRACE_SECONDS, answer=answer(200),
+                       **placeholder)) == "crashed"
+    assert status(look(log_phase="ready", processes_alive=True, **placeholder), SERVER_INFO_RULES) == "ready"
+    assert status(look(answer=answer(200), log_phase="initializing", processes_alive=True, **placeholder),
+                  SERVER_INFO_RULES) is None  # starting, whatever its placeholder says
+    assert STATES["ready"].sentence({"name": "qwen-tp8", "node_rank": 1, "seconds_to_ready": 41.0}) == (
+        "qwen-tp8 rank 1 ready after 41.0 s: its schedulers are up (its health endpoint is SGLang's placeholder, "
+        "never asked)")

@@ -310,6 +310,9 @@ def test_parse_record(line, timestamp, ranks, message):
     ("[2025-01-01 00:00:00] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)", "warming_up"),
     ("[2025-01-01 00:00:00] INFO:     Application startup complete.", "warming_up"),
     ("[2025-01-01 00:00:00] The server is fired up and ready to roll!", "ready"),
+    # A node after rank 0 of a multi-node group (SGLang 0.5.10 common.py, engine.py).
+    ("[2026-12-01 10:00:00] Dummy health check server started in background thread at 0.0.0.0:30000", "ready"),
+    ("[2026-12-01 10:00:00] Scheduler or DataParallelController 4242 terminated with -9", "crashed"),
     ("[2025-02-20 10:00:00] Received sigquit from a child proces. It usually means the child failed.", "crashed"),
     (("[2026-10-20 14:00:00] Subprocess detokenizer (pid=4242) crashed with exit code -11. Triggering SIGQUIT for "
      "cleanup..."), "crashed"),

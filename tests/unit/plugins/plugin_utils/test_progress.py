@@ -87,3 +87,15 @@ def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down
 
 def test_server_progress_is_silent_without_a_snapshot():
     assert format_server_progress("ct200", None) is None
+
+
+def test_wait_progress_names_the_rank_of_a_group_node_and_says_it_waits_in_the_rendezvous():
+    rank1 = report("qwen-tp8", "waiting", "initializing", node_rank=1,
+                   last_log_line="[2026-12-01 10:00:00 TP4] Init torch distributed begin.")
+    rank0 = report("qwen-tp8", "waiting", "loading_weights", {"weights": {"done": 12, "total": 64}}, node_rank=0)
+    assert format_wait_progress("gpu-ct402", [rank1]) == \
+        "gpu-ct402: 0/1 ready | qwen-tp8 rank1 init distributed (waiting for rank 0)"
+    assert format_wait_progress("gpu-ct401", [rank0]) == "gpu-ct401: 0/1 ready | qwen-tp8 rank0 loading weights 12/64"
+    alone = dict(rank1, node_rank=0)
+    assert format_wait_progress("h", [alone]) == "h: 0/1 ready | qwen-tp8 rank0 init distributed (waiting for the " \
+                                                 "other nodes)"
