@@ -57,10 +57,13 @@ molecule: venv rig-setup
 
 # Not part of `make test` (tests/integration/test_bench_smoke.py runs one tiny scenario of it): ours and the
 # baselines of bench/baselines/ on the same simulated fleets, locally and - as root with LXC - through pct on the
-# rig with the scaling series; writes bench/results/latest.{md,json,png}, appends to bench/results.md.
-# BENCH_ARGS adds options of `python -m bench --help` (e.g. --reps, --only to fit a time budget).
+# rig with the scaling series; writes bench/results/latest.{md,json,png}, appends to bench/results.md. Then the
+# rolling relaunch behind the real sglang-router under load (bench/rolling.py: bench/results/rolling.{md,json}).
+# BENCH_ARGS adds options of `python -m bench --help` (e.g. --reps, --only to fit a time budget), ROLLING_ARGS
+# those of `python -m bench.rolling --help`.
 bench: venv rig-setup
 	$(BIN)/python -m bench --scaling 1,2,4,8 --history bench/results.md $(BENCH_ARGS)
+	$(BIN)/python -m bench.rolling $(ROLLING_ARGS)
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/

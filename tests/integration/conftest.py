@@ -353,7 +353,10 @@ def free_port_block(count):
 
 
 class PlaybookResult:
-    def __init__(self, completed, json_output):
+    """One ansible-playbook run; ``host`` is the host whose results stats, tasks and task read."""
+
+    def __init__(self, completed, json_output, host="simhost"):
+        self.host = host
         self.rc = completed.returncode
         self.stdout, self.stderr = completed.stdout, completed.stderr
         self.report = None
@@ -366,12 +369,18 @@ class PlaybookResult:
 
     @property
     def stats(self):
-        return self.report["stats"]["simhost"]
+        return self.report["stats"][self.host]
+
+    def of(self, host):
+        """The same run, read for another host of its inventory."""
+        other = object.__new__(PlaybookResult)
+        other.__dict__.update(self.__dict__, host=host)
+        return other
 
     def tasks(self):
-        """(task name, host result, task duration) of every task that ran on simhost, in order."""
-        return [(task["task"]["name"], task["hosts"]["simhost"], task["task"]["duration"])
-                for play in self.report["plays"] for task in play["tasks"] if "simhost" in task["hosts"]]
+        """(task name, host result, task duration) of every task that ran on the host, in order."""
+        return [(task["task"]["name"], task["hosts"][self.host], task["task"]["duration"])
+                for play in self.report["plays"] for task in play["tasks"] if self.host in task["hosts"]]
 
     def task(self, name_part):
         """Host results of the tasks whose name contains ``name_part``."""
@@ -386,8 +395,9 @@ class PlaybookResult:
 class SimHost:
     """A simulated GPU host (fake GPUs, simulated model) with its own inventory; runs the repo's playbooks."""
 
-    def __init__(self, tmp_path, fake_gpus, token, model_path):
-        self.dir = tmp_path / "simhost"
+    def __init__(self, tmp_path, fake_gpus, token, model_path, name="simhost"):
+        self.name = name
+        self.dir = tmp_path / name
         self.dir.mkdir()
         self.token = token
         self.fake_gpus = fake_gpus
@@ -414,7 +424,7 @@ class SimHost:
         }
         self.inventory = self.dir / "hosts.yml"
         self.inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
-            "hosts": {"simhost": self.host_vars}}}}}))
+            "hosts": {name: self.host_vars}}}}}))
         self.runs = 0
         self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                         ANSIBLE_LOCAL_TEMP=str(self.dir / "ansible-tmp"), **{TOKEN_VAR: token})
@@ -433,7 +443,7 @@ class SimHost:
                 os.path.join(REPO_ROOT, "playbooks", f"{playbook}.yml"), *args]
         completed = subprocess.run(argv, check=False, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                    capture_output=True, text=True, timeout=timeout)
-        return PlaybookResult(completed, json_output)
+        return PlaybookResult(completed, json_output, self.name)
 
     def script(self, name):
         return self.script_dir / f"{name}.sh"
