@@ -60,6 +60,10 @@ _LOG_PREFIX = re.compile(
 )
 _RANK = re.compile(r"([A-Z_]+?)(\d+)", re.ASCII)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# A progress bar (tqdm) ends without a line break, so another rank's record written meanwhile is glued to it:
+# "... 50/51 [00:00<00:00, 180.28it/s][2026-12-01 20:04:23 TP1] Load weight begin. ...". Split before such a record.
+_GLUED_RECORD = re.compile(r"(?<=it/s\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})|"
+                           r"(?<=s/it\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 
 # tqdm bars (stderr, no logging prefix). Weight loading uses a fixed BAR_FORMAT with several
 # descriptions; graph capture uses the default format with "Capturing batches/num tokens (...)".
@@ -410,6 +414,10 @@ class LogState:
             self.feed_line(pending)
 
     def feed_line(self, line):
+        for piece in _GLUED_RECORD.split(line):
+            self._feed_record(piece)
+
+    def _feed_record(self, line):
         record = parse_record(line)
         if self._traceback is not None and self._continues_traceback(record):
             self._add_traceback_line(record)

@@ -50,8 +50,10 @@ def format_wait_progress(host, reports):
 
 
 def _in_rendezvous(report):
-    """Its last line is the start of torch distributed init: it waits for every rank of the group to join."""
-    return report["phase"] == "initializing" and "Init torch distributed begin" in (report.get("last_log_line") or "")
+    """Its last line is the start of torch distributed init (v0.5.23: "Init parallel begin."): it waits for every
+    rank of the group to join."""
+    last = report.get("last_log_line") or ""
+    return report["phase"] == "initializing" and ("Init torch distributed begin" in last or "Init parallel begin" in last)
 
 
 def _server_step_words(server):

@@ -41,6 +41,11 @@ def test_scenario(scenario, launcher):
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0",
                MOLECULE_SGLANG_LAUNCHER=launcher)
     env.pop("MOLECULE_KEEP_RIG", None)
+    # Molecule keeps "created"/"prepared" in ~/.ansible/tmp per project path: a run cut short on this machine would
+    # make it skip the create of a rig that is gone. Every run starts from no state.
+    for owner in {scenario, "default"}:
+        subprocess.run([str(BIN / "molecule"), "reset", "-s", owner], cwd=REPO, env=env, capture_output=True,
+                       timeout=120, check=False)
     try:
         result = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, check=False)

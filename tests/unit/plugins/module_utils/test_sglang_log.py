@@ -608,3 +608,22 @@ def test_follower_of_an_unreadable_path_gives_no_lines_and_says_why(tmp_path):
     follower = LogFollower(str(tmp_path))
     assert follower.read_new() == []
     assert follower.read_error.startswith(f"cannot read {tmp_path}: Is a directory")
+
+
+def test_a_record_glued_to_a_progress_bar_is_read_as_its_own_line():
+    # Another rank's record written while rank 0's bar (no line break) was on screen: seen in CI under load.
+    state = state_after(
+        "[2026-12-01 20:04:22 TP0] Load weight begin. avail mem=138.79 GB",
+        "[2026-12-01 20:04:22 TP0] Load weight end. elapsed=0.09 s, type=Qwen3NextForCausalLM, avail mem=128.79 GB, "
+        "mem usage=10.00 GB.",
+        "[2026-12-01 20:04:22 TP1] Load weight begin. avail mem=138.79 GB",
+        "[2026-12-01 20:04:22 TP1] Load weight end. elapsed=0.09 s, type=Qwen3NextForCausalLM, avail mem=128.79 GB, "
+        "mem usage=10.00 GB.",
+        "[2026-12-01 20:04:22 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=15.13 GB",
+        "Capturing batches (bs=2 avail_mem=13.66 GB):  98%|#########8| 50/51 [00:00<00:00, 180.28it/s]"
+        "[2026-12-01 20:04:23 TP1] Load weight begin. avail mem=13.63 GB",
+        "Capturing batches (bs=1 avail_mem=13.6 GB): 100%|##########| 51/51 [00:01<00:00, 2.01s/it]"
+        "[2026-12-01 20:04:23] Received sigquit from a child process. It usually means the child failed.")
+    assert state.phase == "crashed"
+    assert [(entry["phase"], entry["component"]) for entry in state.timeline][-2:] == [
+        ("loading_weights", "draft"), ("crashed", "draft")]
