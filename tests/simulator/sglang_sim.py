@@ -23,6 +23,20 @@ one scheduler per DP rank that behaves like SGLang's under load (``Serving`` bel
 So a saturated rank outputs max_running_requests x SGLANG_SIM_DECODE_TOKENS_PER_S tokens/s and a request's
 time to first token is its queue wait + the prefills ahead of it + prompt_tokens / SGLANG_SIM_PREFILL_TOKENS_PER_S.
 
+Multi-node tensor parallelism (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``, SGLang 0.5.10): node R runs
+TP ranks [tp/N * R, tp/N * (R + 1)) on its local GPUs (``base_gpu_id + (rank mod tp/N) * gpu_id_step``), titled
+with their global rank. World rank 0 (node 0's TP0) listens on the --dist-init-addr port (on every address, as
+torch's TCPStore); every other rank connects to it over TCP, retrying, and all block after "Init torch distributed
+begin." until the whole world joined, or fail after --dist-timeout (default 600 s, scaled by SGLANG_SIM_TIME_SCALE
+unless that is 0) with libtorch's words. The ranks agree on the tightest GPU through these connections (the MIN of
+free memory after init sizes every rank, and trips the imbalance check, and the MIN after loading sizes the pools),
+and keep them open while serving: a rank that dies closes them, and its peers fail as SGLang's schedulers do when
+gloo raises in a collective ("Connection closed by peer"), through "Scheduler hit an exception" and SIGQUIT to a
+tree kill of their node. Node 0 serves the HTTP API; a node of rank >= 1 runs only its schedulers, then the dummy
+health server on --host/--port (GET /ping, /health, /health_generate: always 200; /metrics with --enable-metrics,
+no scheduler gauges) and waits on each scheduler, logging "Scheduler or DataParallelController <pid> terminated
+with <code>".
+
 Environment:
   GPUOPS_FAKE_GPU_DIR     fake GPU state dir (fakegpu.py init); without it no memory is accounted
   SGLANG_SIM_LOG_FORMAT   classic (default) | new
@@ -33,8 +47,13 @@ Environment:
   SGLANG_SIM_TICK_S       shortest gap between two chunks of a stream, and the scheduler's tick (decode log
                           lines, idle refresh) (default 0.1: 64 streams took 7 % of a core here, 12 % at 0.05)
   SGLANG_SIM_IDLE_REFRESH_S  seconds without a batch before the idle gauge refresh (default 30, as SGLang)
-  SGLANG_SIM_FAULT        comma list of: draft_crash, oom_load, nccl_error, hang_after_weights,
-                          hang_cuda_graph, crash_after_ready, orphan_scheduler, ignore_sigterm, slow_release
+  SGLANG_SIM_FAULT        comma list of: draft_crash, oom_load, nccl_error, hang_before_rendezvous,
+                          hang_after_weights, hang_cuda_graph, crash_after_ready, orphan_scheduler, ignore_sigterm,
+                          slow_release; ``<fault>@<R>`` applies only on node rank R (one environment for every node).
+                          oom_load fails every rank loading weights; hang_before_rendezvous stops the schedulers
+                          before "Init torch distributed begin." (stuck like a read from a hung mount), so the
+                          other nodes wait in the rendezvous; crash_after_ready crashes the node's first rank after
+                          "The server is fired up" (node 0) or the dummy health server's start (rank >= 1)
   SGLANG_SIM_FAULT_DELAY  seconds after ready before crash_after_ready fires (default 2)
   SGLANG_SIM_RELEASE_DELAY seconds GPU memory outlives the process with slow_release (default 3)
 
@@ -46,6 +65,7 @@ import bisect
 import collections
 import ctypes
 import datetime
+import errno
 import heapq
 import http.server
 import itertools
@@ -69,7 +89,7 @@ except ImportError:  # Degrade: only /proc/<pid>/comm changes (15 chars), cmdlin
     def setproctitle(title):
         ctypes.CDLL(None, use_errno=True).prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
-FAULTS = {"draft_crash", "oom_load", "nccl_error", "hang_after_weights", "hang_cuda_graph",
+FAULTS = {"draft_crash", "oom_load", "nccl_error", "hang_before_rendezvous", "hang_after_weights", "hang_cuda_graph",
           "crash_after_ready", "orphan_scheduler", "ignore_sigterm", "slow_release"}
 VERSIONS = {"classic": "0.5.9", "new": "0.5.23"}
 PR_SET_PDEATHSIG = 1
@@ -98,13 +118,9 @@ class Sim:
         if self.log_format not in VERSIONS:
             sys.exit(f"SGLANG_SIM_LOG_FORMAT must be classic or new, not {self.log_format!r}")
         self.time_scale = getenv_float("SGLANG_SIM_TIME_SCALE", 1.0)
-        self.faults = {f.strip() for f in os.environ.get("SGLANG_SIM_FAULT", "").split(",") if f.strip()}
-        unknown = self.faults - FAULTS
-        if unknown:
-            sys.exit(f"SGLANG_SIM_FAULT: unknown fault(s) {', '.join(sorted(unknown))}; "
-                     f"known: {', '.join(sorted(FAULTS))}")
+        self.node_faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT", ""))
         self.fault_delay = getenv_float("SGLANG_SIM_FAULT_DELAY", 2.0)
-        self.release_delay = getenv_float("SGLANG_SIM_RELEASE_DELAY", 3.0) if "slow_release" in self.faults else None
+        self.select_node(0)
         self.gpu_dir = os.environ.get("GPUOPS_FAKE_GPU_DIR") or None
         self.new = self.log_format == "new"
         self.decode_rate = getenv_positive("SGLANG_SIM_DECODE_TOKENS_PER_S", 40.0)
@@ -112,9 +128,31 @@ class Sim:
         self.tick = getenv_positive("SGLANG_SIM_TICK_S", 0.1)
         self.idle_refresh = getenv_positive("SGLANG_SIM_IDLE_REFRESH_S", 30.0)
 
+    def select_node(self, node_rank):
+        """Keep the faults meant for this node (``fault@<node rank>``, or unqualified)."""
+        self.faults = {name for name, node in self.node_faults if node in (None, node_rank)}
+        self.release_delay = getenv_float("SGLANG_SIM_RELEASE_DELAY", 3.0) if "slow_release" in self.faults else None
+
     def sleep(self, seconds):
         if self.time_scale > 0:
             time.sleep(seconds * self.time_scale)
+
+    def scaled(self, seconds):
+        """A startup timeout on the simulated clock: scaled like the phases, whole at time scale 0."""
+        return seconds * self.time_scale if self.time_scale > 0 else seconds
+
+
+def parse_faults(value):
+    """SGLANG_SIM_FAULT as (fault, node rank or None) pairs: ``oom_load,crash_after_ready@1``."""
+    faults = set()
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        name, _at, node = entry.partition("@")
+        if name not in FAULTS:
+            sys.exit(f"SGLANG_SIM_FAULT: unknown fault {name!r} in {value!r}; known: {', '.join(sorted(FAULTS))}")
+        if _at and not node.isdigit():
+            sys.exit(f"SGLANG_SIM_FAULT: {entry!r} names no node rank after '@'; write {name}@1 for node rank 1")
+        faults.add((name, int(node) if node else None))
+    return faults
 
 
 SIM = None  # set in main()
@@ -314,7 +352,33 @@ def build_parser():
     add("--enable-p2p-check", action="store_true")
     add("--watchdog-timeout", type=float, default=300)
     add("--dist-timeout", type=int)
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
+    add("--nccl-port", type=int)
     return parser
+
+
+SERVER_ARGS_CHECK_FRAMES = [
+    ("sglang/launch_server.py", 29, "<module>", "run_server(server_args)"),
+    ("sglang/launch_server.py", 21, "run_server", "launch_server(server_args)"),
+    ("entrypoints/http_server.py", 1862, "launch_server", "_launch_subprocesses("),
+    ("entrypoints/engine.py", 1034, "_launch_subprocesses", "server_args.check_server_args()"),
+]
+
+
+def check_server_args(args):
+    """ServerArgs.check_server_args, as far as multi-node goes: an AssertionError that ends the launch (exit 1)."""
+    checks = [
+        (args.tp_size % args.nnodes == 0, 6065, "tp_size must be divisible by number of nodes"),  # tp * pp, pp 1
+        (not (args.dp_size > 1 and args.nnodes != 1), 6076,
+         "multi-node data parallel is not supported unless dp attention!"),
+    ]
+    for passed, line, message in checks:
+        if not passed:
+            write_line(2, fake_traceback(SERVER_ARGS_CHECK_FRAMES + [
+                ("server_args.py", line, "check_server_args", "assert (")], f"AssertionError: {message}") + "\n")
+            sys.exit(1)
 
 
 def capture_batch_sizes(max_bs, speculative):
@@ -369,6 +433,10 @@ class ServerConfig:
             self.mamba_slots_per_request = 3
         args.tokenizer_path = args.tokenizer_path or args.model_path
         args.served_model_name = args.served_model_name or args.model_path
+        # This node's TP ranks (engine.py, pp_size 1): node r runs [tp_per_node * r, tp_per_node * (r + 1)).
+        self.tp_per_node = args.tp_size // args.nnodes
+        self.local_tp_ranks = range(self.tp_per_node * args.node_rank, self.tp_per_node * (args.node_rank + 1))
+        self.dist_address = dist_init_address(args) if args.nnodes > 1 else None
 
     def as_dict(self):
         return dict(vars(self.args))
@@ -433,9 +501,12 @@ def make_model(argv):
 
 
 def fake_traceback(frames, error):
+    """A traceback of frames (path, line, function, code); paths are under sglang/srt/ unless they name their
+    package (``sglang/...``, ``torch/...``)."""
     lines = ["Traceback (most recent call last):"]
     for path, line, func, code in frames:
-        lines.append(f'  File "{SITE}/sglang/srt/{path}", line {line}, in {func}')
+        package = "" if path.startswith(("sglang/", "torch/")) else "sglang/srt/"
+        lines.append(f'  File "{SITE}/{package}{path}", line {line}, in {func}')
         lines.append("    " + code)
     return "\n".join(lines) + "\n" + error
 
@@ -457,6 +528,241 @@ class SchedulerFailure(Exception):
     """Carries the traceback text the scheduler logs as 'Scheduler hit an exception'."""
 
 
+# --- multi-node tensor parallelism: torch.distributed's TCPStore rendezvous and the gloo CPU group -----
+
+DEFAULT_DIST_TIMEOUT_S = 600  # torch's NCCL default when --dist-timeout is not given
+CONNECT_RETRY_S = 0.1
+C10D_WRAPPER_FRAME = ("torch/distributed/c10d_logger.py", 81, "wrapper", "return func(*args, **kwargs)")
+TORCH_ALL_REDUCE_FRAMES = [C10D_WRAPPER_FRAME, ("torch/distributed/distributed_c10d.py", 2815, "all_reduce", "work.wait()")]
+MODEL_RUNNER_FRAME = ("model_executor/model_runner.py", 378, "__init__",
+                      "min_per_gpu_memory = self.init_torch_distributed()")
+RENDEZVOUS_FRAMES = SCHEDULER_FRAMES + [
+    MODEL_RUNNER_FRAME,
+    ("model_executor/model_runner.py", 953, "init_torch_distributed", "init_distributed_environment("),
+    ("distributed/parallel_state.py", 1676, "init_distributed_environment", "torch.distributed.init_process_group("),
+    C10D_WRAPPER_FRAME,
+    ("torch/distributed/c10d_logger.py", 95, "wrapper", "func_return = func(*args, **kwargs)"),
+    ("torch/distributed/distributed_c10d.py", 1710, "init_process_group",
+     "store, rank, world_size = next(rendezvous_iterator)"),
+    ("torch/distributed/rendezvous.py", 279, "_tcp_rendezvous_handler", "store = _create_c10d_store("),
+    ("torch/distributed/rendezvous.py", 197, "_create_c10d_store", "return TCPStore("),
+]
+MEMORY_FRAME = ("utils/common.py", 501, "get_available_gpu_memory", "torch.distributed.all_reduce(")
+PRE_MODEL_LOAD_MEMORY_FRAMES = SCHEDULER_FRAMES + [
+    MODEL_RUNNER_FRAME,
+    ("model_executor/model_runner.py", 1005, "init_torch_distributed",
+     "pre_model_load_memory = get_available_gpu_memory("),
+    MEMORY_FRAME,
+] + TORCH_ALL_REDUCE_FRAMES
+POOL_MEMORY_FRAMES = SCHEDULER_FRAMES + [
+    ("model_executor/model_runner.py", 381, "__init__", "self.initialize(min_per_gpu_memory)"),
+    ("model_executor/model_runner.py", 547, "initialize", "self.init_memory_pool(pre_model_load_memory)"),
+    ("model_executor/model_runner_kv_cache_mixin.py", 907, "init_memory_pool",
+     "self.max_total_num_tokens = self.profile_max_num_token(total_gpu_memory)"),
+    ("model_executor/model_runner_kv_cache_mixin.py", 148, "profile_max_num_token",
+     "available_gpu_memory = get_available_gpu_memory("),
+    MEMORY_FRAME,
+] + TORCH_ALL_REDUCE_FRAMES
+# Every event-loop turn broadcasts the received requests from TP0 over the gloo CPU group (recv_requests), so a
+# peer that died is noticed at once there, also while idle.
+EVENT_LOOP_FRAMES = [
+    ("managers/scheduler.py", 2931, "run_scheduler_process", "scheduler.event_loop_overlap()"),
+    ("managers/scheduler.py", 1019, "event_loop_overlap", "recv_reqs = self.recv_requests()"),
+    ("managers/scheduler.py", 1275, "recv_requests", "recv_reqs = broadcast_pyobj("),
+    ("utils/common.py", 1211, "broadcast_pyobj", "dist.broadcast(tensor_size, src=src, group=dist_group)"),
+    C10D_WRAPPER_FRAME,
+    ("torch/distributed/distributed_c10d.py", 2772, "broadcast", "work.wait()"),
+]
+
+
+def dist_init_address(args):
+    """(host, port) of the TCPStore: --dist-init-addr, else --host (or 127.0.0.1) with --nccl-port or a port free
+    on this node (server_args.py), so nodes launched without --dist-init-addr never meet."""
+    if args.dist_init_addr:
+        host, _colon, port = args.dist_init_addr.rpartition(":")
+        return host.strip("[]"), int(port)
+    if args.nccl_port:
+        return args.host or "127.0.0.1", args.nccl_port
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return args.host or "127.0.0.1", probe.getsockname()[1]
+
+
+class Channel:
+    """One TCP connection between two ranks, carrying newline-terminated JSON messages."""
+
+    def __init__(self, sock, peer):
+        self.sock, self.peer = sock, peer
+        self.buffer = b""
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def send(self, message):
+        """Send a message; a connection the peer closed shows at the next receive."""
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            pass
+
+    def fill(self):
+        """Read what arrived; False when the peer closed the connection (or reset it)."""
+        try:
+            data = self.sock.recv(4096)
+        except OSError:
+            return False
+        self.buffer += data
+        return bool(data)
+
+    def message(self):
+        """The next complete message received, or None."""
+        line, newline, rest = self.buffer.partition(b"\n")
+        if not newline:
+            return None
+        self.buffer = rest
+        return json.loads(line)
+
+    def recv(self):
+        """The next message, waiting for it; None when the peer closed the connection."""
+        while True:
+            message = self.message()
+            if message is not None:
+                return message
+            if not self.fill():
+                return None
+
+
+class LocalGroup:
+    """The ranks of a single-node launch: no connection between them, each sized by its own GPU."""
+
+    channels = ()
+    spans_nodes = False
+
+    def rendezvous(self):
+        pass
+
+    def all_reduce_min(self, value, frames):
+        return value
+
+
+class NodesGroup:
+    """The world group of a multi-node launch, as torch.distributed forms it over TCP.
+
+    World rank 0 hosts the TCPStore: it listens on the --dist-init-addr port and waits until every other rank has
+    connected and joined; the others connect to it, retrying. The connections stay open for the collectives
+    (all_reduce MIN of free memory) and while serving, so the death of any rank closes one and its peers fail."""
+
+    spans_nodes = True
+
+    def __init__(self, config, rank):
+        self.rank, self.world_size = rank, config.args.tp_size
+        self.host, self.port = config.dist_address
+        self.timeout_s = config.args.dist_timeout or DEFAULT_DIST_TIMEOUT_S
+        self.channels = []  # rank 0: one per other rank; any other rank: the one to rank 0
+        self.listener = None
+
+    def rendezvous(self):
+        """Block until all world_size ranks joined (TCPStore(..., wait_for_workers=True))."""
+        deadline = time.monotonic() + SIM.scaled(self.timeout_s)
+        if self.rank == 0:
+            self.host_store(deadline)
+        else:
+            self.join_store(deadline)
+
+    def host_store(self, deadline):
+        family, dualstack = (socket.AF_INET6, True) if socket.has_dualstack_ipv6() else (socket.AF_INET, False)
+        try:  # on every address, as torch's server socket
+            self.listener = socket.create_server(("", self.port), family=family, dualstack_ipv6=dualstack)
+        except OSError as exc:
+            raise self.store_failure(
+                "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                f"address. port: {self.port}, useIpv6: false, code: -{exc.errno}, "
+                f"name: {errno.errorcode.get(exc.errno, 'UNKNOWN')}, message: {os.strerror(exc.errno).lower()}")
+        connecting, joined = [], {}
+        while len(joined) < self.world_size - 1:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:  # torch counts itself among the clients, and reports whole seconds past the limit
+                raise self.store_failure(
+                    f"torch.distributed.DistStoreError: Timed out after {self.timeout_s + 1} seconds waiting for "
+                    f"clients. {len(joined) + 1}/{self.world_size} clients joined.")
+            for ready in select.select([self.listener] + connecting, [], [], remaining)[0]:
+                if ready is self.listener:
+                    sock, address = self.listener.accept()
+                    connecting.append(Channel(sock, address))
+                elif not ready.fill():  # gone before it joined
+                    connecting.remove(ready)
+                    ready.sock.close()
+                else:
+                    message = ready.message()
+                    if message is not None:
+                        connecting.remove(ready)
+                        joined[message["rank"]] = ready
+        # The store keeps listening, but a rank that connects later waits forever (never seen in practice: the
+        # group dies with any of its ranks).
+        self.channels = list(joined.values())
+        for channel in self.channels:
+            channel.send({"joined": self.world_size})
+
+    def join_store(self, deadline):
+        while True:
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.1))
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise self.store_failure(
+                        "torch.distributed.DistNetworkError: The client socket has timed out after "
+                        f"{self.timeout_s * 1000}ms while trying to connect to ({self.host}, {self.port}).")
+                time.sleep(min(CONNECT_RETRY_S, max(deadline - time.monotonic(), 0)))
+        sock.settimeout(None)
+        channel = Channel(sock, sock.getpeername())
+        channel.send({"rank": self.rank})
+        if channel.recv() is None:  # rank 0 went away while this rank waited for the others
+            raise self.store_failure("torch.distributed.DistNetworkError: failed to recv, got 0 bytes")
+        self.channels = [channel]
+
+    def all_reduce_min(self, value, frames):
+        """torch.distributed.all_reduce(MIN) over the CPU group, through rank 0; blocks while a peer is busy
+        elsewhere (hung), fails when one is gone (frames: where the caller is)."""
+        if self.rank == 0:
+            values = [value]
+            for channel in self.channels:
+                message = channel.recv()
+                if message is None:
+                    raise self.peer_failure(channel, frames)
+                values.append(message["value"])
+            for channel in self.channels:
+                channel.send({"value": min(values)})
+            return min(values)
+        channel = self.channels[0]
+        channel.send({"value": value})
+        message = channel.recv()
+        if message is None:
+            raise self.peer_failure(channel, frames)
+        return message["value"]
+
+    def check(self, readable):
+        """Connections select() found readable while serving: a closed one fails the event loop."""
+        for channel in readable:
+            if not channel.fill():
+                raise self.peer_failure(channel, EVENT_LOOP_FRAMES)
+
+    @staticmethod
+    def store_failure(error):
+        return SchedulerFailure(fake_traceback(RENDEZVOUS_FRAMES, error))
+
+    @staticmethod
+    def peer_failure(channel, frames):
+        host, port = channel.peer[:2]
+        return SchedulerFailure(fake_traceback(frames, (
+            f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            f"[{host.removeprefix('::ffff:')}]:{port}")))
+
+
+def process_group(config, rank):
+    return NodesGroup(config, rank) if config.args.nnodes > 1 else LocalGroup()
+
+
 class Scheduler:
     def __init__(self, config, dp_rank, tp_rank, ready_fd, control_fd, main_pid):
         self.config, self.args = config, config.args
@@ -466,7 +772,10 @@ class Scheduler:
         self.title = "sglang::scheduler" + prefix.replace(" ", "_")
         self.log = Logger(prefix)
         self.log.quiet = self.args.log_level in ("warning", "error", "critical")
-        self.rank0 = dp_rank == 0 and tp_rank == 0
+        self.rank0 = dp_rank == 0 and tp_rank == 0  # world rank 0: progress bars and the summary line
+        self.local_index = tp_rank % config.tp_per_node  # the TP rank's place among this node's GPUs
+        self.first_local = dp_rank == 0 and tp_rank == config.local_tp_ranks[0]
+        self.group = None
         self.gpu = None
         self.device = None
         self.used_mib = 0.0
@@ -493,7 +802,7 @@ class Scheduler:
                                  "self.model = get_model("),
                                 ("model_loader/loader.py", 597, "load_weights_and_postprocess",
                                  "model.load_weights(weights)")],
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mib / 1024:.2f} GiB. GPU {self.tp_rank} "
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mib / 1024:.2f} GiB. GPU {self.local_index} "
             f"has a total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, "
             f"this process has {used:.2f} GiB memory in use. Of the allocated memory {max(used - 0.98, 0):.2f} GiB "
             "is allocated by PyTorch, and 0.98 GiB is reserved by PyTorch but unallocated. If reserved but "
@@ -516,7 +825,7 @@ class Scheduler:
 
     def select_gpu(self):
         args = self.args
-        position = args.base_gpu_id + (self.dp_rank * args.tp_size + self.tp_rank) * args.gpu_id_step
+        position = args.base_gpu_id + (self.dp_rank * self.config.tp_per_node + self.local_index) * args.gpu_id_step
         visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         if "CUDA_VISIBLE_DEVICES" in os.environ and position >= len(visible):
             raise RuntimeError("CUDA error: invalid device ordinal\nCUDA kernel errors might be asynchronously "
@@ -532,9 +841,12 @@ class Scheduler:
 
     def start(self):
         args, model = self.args, read_model_config(self.args.model_path)
+        if "hang_before_rendezvous" in SIM.faults:  # like a read of the model from a hung mount: no GPU touched yet
+            sleep_forever()
         self.gpu = self.select_gpu()
         if SIM.gpu_dir:
             self.device = fakegpu.open_device(SIM.gpu_dir, self.gpu)
+        self.group = process_group(self.config, self.tp_rank)
         timings = {}
         self.init_distributed()
         timings["load_weight"] = self.load_weights(model, draft=False)
@@ -565,6 +877,9 @@ class Scheduler:
         start = time.time()
         self.log.info("Init parallel begin." if SIM.new else "Init torch distributed begin.")
         SIM.sleep(0.3)
+        self.group.rendezvous()
+        if self.group.spans_nodes and not self.args.disable_custom_all_reduce:
+            self.log.info("Custom allreduce is disabled because this process group spans across nodes.")
         if "nccl_error" in SIM.faults:
             raise SchedulerFailure(fake_traceback(
                 SCHEDULER_FRAMES + [
@@ -578,14 +893,32 @@ class Scheduler:
                      "raise RuntimeError(f\"NCCL error: {error_str}\")")],
                 "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"))
         self.alloc(CONTEXT_MIB + (512 if self.args.tp_size > 1 else 0))
+        local_gb = self.avail_gb()
+        # pre_model_load_memory, the MIN over every rank, sizes every rank (model_runner.init_torch_distributed)
+        self.total_gpu_gb = self.group.all_reduce_min(local_gb, PRE_MODEL_LOAD_MEMORY_FRAMES)
+        self.check_memory_balance(local_gb)
         elapsed = time.time() - start
-        self.total_gpu_gb = self.avail_gb()
         if SIM.new:
             self.log.info(f"Init parallel ends. elapsed={elapsed:.2f} s")
             self.log.info("Memory baseline taken. mem usage=%.2f GB" % (self.used_mib / 1024))
         else:
             self.log.info(f"Init torch distributed ends. elapsed={elapsed:.2f} s, "
                           f"mem usage={self.used_mib / 1024:.2f} GB")
+
+    def check_memory_balance(self, local_gb):
+        if self.total_gpu_gb >= local_gb * 0.9:
+            return
+        message = ("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                   f"pre_model_load_memory={self.total_gpu_gb!r}, local_gpu_memory={local_gb!r}, "
+                   f"local_gpu_memory * 0.9={local_gb * 0.9!r}")
+        # SGLang copies SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK's value into the ENABLE variable (environ.py)
+        enabled = os.environ.get("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK",
+                                 os.environ.get("SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK", "true"))
+        if enabled.lower() in ("true", "1"):
+            raise SchedulerFailure(fake_traceback(SCHEDULER_FRAMES + [
+                MODEL_RUNNER_FRAME, ("model_executor/model_runner.py", 1016, "init_torch_distributed",
+                                     "raise RuntimeError(msg)")], "RuntimeError: " + message))
+        self.log.info(message)
 
     def load_weights(self, model, draft):
         sim = model.get("gpuops_sim", {})
@@ -642,8 +975,10 @@ class Scheduler:
         attn_layers = layers // int(model.get("full_attention_interval", 4)) if hybrid else layers
         kv_heads = max(int(model.get("num_key_value_heads", 8)) // tp, 1)
         head_dim = int(model.get("head_dim", 128))
-        # rest_memory = available - total * (1 - mem_fraction_static), as model_runner.profile_max_num_token
-        rest_gb = self.avail_gb() - self.total_gpu_gb * (1 - args.mem_fraction_static)
+        # rest_memory = available - total * (1 - mem_fraction_static), as model_runner.profile_max_num_token,
+        # with the available memory of the tightest rank
+        available_gb = self.group.all_reduce_min(self.avail_gb(), POOL_MEMORY_FRAMES)
+        rest_gb = available_gb - self.total_gpu_gb * (1 - args.mem_fraction_static)
         max_running = args.max_running_requests
         mamba_slots = 0
         if hybrid:
@@ -770,7 +1105,10 @@ class Scheduler:
         crash_at = None
         while True:
             timeout = None if crash_at is None else max(crash_at - time.time(), 0)
-            readable = select.select([self.control_fd], [], [], timeout)[0]
+            readable = select.select([self.control_fd, *self.group.channels], [], [], timeout)[0]
+            peers = [ready for ready in readable if isinstance(ready, Channel)]
+            if peers:  # nothing comes over them while serving but their end
+                self.group.check(peers)
             if not readable:
                 raise SchedulerFailure(fake_traceback(
                     [SCHEDULER_FRAMES[0],
@@ -780,10 +1118,12 @@ class Scheduler:
                     "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might "
                     "be asynchronously reported at some other API call, so the stacktrace below might be "
                     "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"))
+            if self.control_fd not in readable:
+                continue
             message = os.read(self.control_fd, 64)
             if not message:  # parent gone: an orphan keeps holding its GPU memory until killed
                 sleep_forever()
-            if b"up" in message and "crash_after_ready" in SIM.faults and self.rank0:
+            if b"up" in message and "crash_after_ready" in SIM.faults and self.first_local:
                 crash_at = time.time() + SIM.fault_delay
 
 
@@ -1389,6 +1729,7 @@ class Server:
         self.scheduler_info = {}
         self.ready_infos = []
         self.control_fds = []
+        self.scheduler_pids = []
         self.serving = None
         self.start_time = time.time()
 
@@ -1398,7 +1739,7 @@ class Server:
         main_pid = os.getpid()
         orphan = "orphan_scheduler" in SIM.faults
         ready_readers = []
-        ranks = [(d, t) for d in range(args.dp_size) for t in range(args.tp_size)]
+        ranks = [(d, t) for d in range(args.dp_size) for t in self.config.local_tp_ranks]
         pipes = []
         for _rank in ranks:
             ready_r, ready_w = os.pipe()
@@ -1410,7 +1751,8 @@ class Server:
         def start_schedulers():
             for (dp_rank, tp_rank), (ready_r, ready_w, control_r, control_w) in zip(ranks, pipes):
                 scheduler = Scheduler(self.config, dp_rank, tp_rank, ready_w, control_r, main_pid)
-                fork_child(scheduler.title, lambda s=scheduler: self.child_main(s, pipes), orphan=orphan)
+                self.scheduler_pids.append(
+                    fork_child(scheduler.title, lambda s=scheduler: self.child_main(s, pipes), orphan=orphan))
             # Only the schedulers keep their ends, so a dead scheduler reads as EOF in the main process.
             for ready_r, ready_w, control_r, control_w in pipes:
                 os.close(ready_w)
@@ -1423,7 +1765,8 @@ class Server:
                 os.close(control_r)
         else:
             start_schedulers()
-        fork_child("sglang::detokenizer", run_detokenizer)
+        if args.node_rank == 0:  # a node of rank >= 1 runs neither tokenizer nor detokenizer
+            fork_child("sglang::detokenizer", run_detokenizer)
         return ready_readers
 
     @staticmethod
@@ -1491,6 +1834,8 @@ class Server:
         self.log.info(self.config.repr_line())
         readers = self.launch_subprocesses()
         self.wait_for_ready(readers)
+        if self.args.node_rank >= 1:
+            self.serve_dummy_health()
         self.serving = Serving(self.config, self.ready_infos)
         if SIM.new:
             timings = self.scheduler_info["timings"]
@@ -1501,20 +1846,27 @@ class Server:
                           f"cuda_graph={{{graphs}}}, tokenizer_e2e={elapsed:.2f}")
         self.serve_http()
 
-    def serve_http(self):
+    def http_server(self, handler):
+        """A uvicorn-like server bound to --host/--port; OSError (with uvicorn's log line) when it cannot bind."""
         # uvicorn's backlog (2048), not socketserver's 5: a burst of clients must not be refused
         server_class = type("SimHTTPServer", (http.server.ThreadingHTTPServer,),
                             {"daemon_threads": True, "request_queue_size": 2048, "handle_error": handle_http_error})
         if ":" in self.args.host:
             server_class.address_family = socket.AF_INET6
+        try:
+            return server_class((self.args.host, self.args.port), handler)
+        except OSError as exc:
+            self.log.error(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                           f"({self.args.host!r}, {self.args.port}): {exc.strerror.lower()}")
+            raise
+
+    def serve_http(self):
         self.log.info(f"INFO:     Started server process [{os.getpid()}]")
         self.log.info("INFO:     Waiting for application startup.")
         self.log.info("INFO:     Application startup complete.")
         try:
-            httpd = server_class((self.args.host, self.args.port), make_handler(self))
-        except OSError as exc:
-            self.log.error(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-                           f"({self.args.host!r}, {self.args.port}): {exc.strerror.lower()}")
+            httpd = self.http_server(make_handler(self))
+        except OSError:
             for pid in descendants(os.getpid()):
                 os.kill(pid, signal.SIGKILL)
             sys.exit(1)
@@ -1545,11 +1897,41 @@ class Server:
             urllib.request.urlopen(request, timeout=600).read()
         self.status = "Up"
         self.log.info("The server is fired up and ready to roll!")
+        self.tell_schedulers_up()
+
+    def tell_schedulers_up(self):
         for fd in self.control_fds:
             try:
                 os.write(fd, b"up\n")
             except OSError:
                 pass
+
+    def serve_dummy_health(self):
+        """What a node of rank >= 1 does once its schedulers are ready (engine.py): a health server that says 200
+        whatever the group does, then a wait on each scheduler in turn; never returns."""
+        address = f"{self.args.host}:{self.args.port}"
+        try:
+            httpd = self.http_server(make_dummy_health_handler(self.args.enable_metrics))
+        except OSError:
+            httpd = None
+        self.log.info(f"Dummy health check server started in background thread at {address}")
+        if httpd:
+            threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        else:  # uvicorn ended its thread; the main thread goes on waiting for the schedulers
+            self.log.info(f"Dummy health check server stopped at {address}")
+        self.tell_schedulers_up()
+        for pid in self.scheduler_pids:
+            status = os.waitpid(pid, 0)[1]
+            self.log.error(f"Scheduler or DataParallelController {pid} terminated with "
+                           f"{os.waitstatus_to_exitcode(status)}")
+        # Then launch_server goes on into its HTTP server with no tokenizer manager (as 0.5.18 logs show).
+        self.log.info(f"INFO:     Started server process [{os.getpid()}]")
+        self.log.info("INFO:     Waiting for application startup.")
+        self.log.error("ERROR:    " + fake_traceback(
+            [("entrypoints/http_server.py", 280, "lifespan", "server_args = tokenizer_manager.server_args")],
+            "AttributeError: 'NoneType' object has no attribute 'server_args'"))
+        self.log.error("ERROR:    Application startup failed. Exiting.")
+        sys.exit(3)
 
     def local_host(self):
         host = self.args.host
@@ -1603,15 +1985,56 @@ def handle_http_error(httpd, request, client_address):
         http.server.ThreadingHTTPServer.handle_error(httpd, request, client_address)
 
 
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class UvicornHandler(http.server.BaseHTTPRequestHandler):
+    """What a FastAPI app behind uvicorn looks like on the wire: HTTP/1.1, its Server header, JSON replies."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):
+        pass  # uvicorn's access lines, where it writes them, come from send_response
+
+    def reply(self, code, body=b"", content_type="application/json"):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def make_dummy_health_handler(enable_metrics):
+    """launch_dummy_health_check_server's app (utils/common.py): GET /ping, /health and /health_generate answer
+    200 always, /metrics only with --enable-metrics (empty: no scheduler of this node exports), FastAPI's 404 and
+    405 otherwise; uvicorn runs it at log level warning, so no access lines."""
+    routes = {"/ping", "/health", "/health_generate"} | ({"/metrics"} if enable_metrics else set())
+
+    class DummyHealthHandler(UvicornHandler):
+        def route(self):
+            path = self.path.split("?")[0]
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if path not in routes:
+                return self.reply(404, {"detail": "Not Found"})
+            if self.command != "GET":
+                return self.reply(405, {"detail": "Method Not Allowed"})
+            if path == "/metrics":
+                return self.reply(200, "", METRICS_CONTENT_TYPE)
+            return self.reply(200)
+
+        do_GET = do_POST = do_PUT = do_DELETE = route
+
+    return DummyHealthHandler
+
+
 def make_handler(server):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "uvicorn"
-        sys_version = ""
-
-        def log_message(self, fmt, *args):
-            pass  # uvicorn's access line is written in send_response instead
-
+    class Handler(UvicornHandler):
         def parse_request(self):
             # The router's connection detection opens two gRPC (HTTP/2) connections to the HTTP port beside its
             # GET /health. uvicorn (h11) takes their "PRI * HTTP/2.0" line for a request (a 404 and its access
@@ -1636,17 +2059,6 @@ def make_handler(server):
             host, port = self.client_address[:2]
             write_line(1, f'[{timestamp()}] INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" '
                           f"{code} {phrase}\n")
-
-        def reply(self, code, body=b"", content_type="application/json"):
-            if isinstance(body, (dict, list)):
-                body = json.dumps(body).encode()
-            elif isinstance(body, str):
-                body = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def authorized(self):
             if not server.args.api_key or self.path.startswith(("/health", "/metrics")):
@@ -1685,7 +2097,7 @@ def make_handler(server):
             if path == "/v1/loads" and self.command == "GET":  # SGLang PR #16976 (January 2026), before 0.5.9
                 return self.reply(200, server.loads())
             if path == "/metrics" and server.args.enable_metrics and self.command == "GET":
-                return self.reply(200, server.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+                return self.reply(200, server.metrics(), METRICS_CONTENT_TYPE)
             if path in GENERATION_ROUTES and self.command == "POST":
                 return self.generation(path, body)
             return self.reply(404, {"detail": "Not Found"})
@@ -1754,6 +2166,8 @@ def main(argv=None):
         return make_model(argv)
     SIM = Sim()
     args = build_parser().parse_args(argv)
+    SIM.select_node(args.node_rank)
+    check_server_args(args)
     config = ServerConfig(args)
     # The main process reads config.json too (TokenizerManager); a missing model fails in the schedulers.
     try:
