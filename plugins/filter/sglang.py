@@ -7,6 +7,7 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import (
+    groups,
     launch_script,
     nccl,
     report,
@@ -71,4 +72,8 @@ class FilterModule:
             "rollback_candidates": report.rollback_candidates,
             "rollback_outcomes": report.rollback_outcomes,
             "throughput_regressions": report.throughput_regressions,
+            "play_facts": groups.play_facts,
+            "flagged_members": groups.flagged_members,
+            "missing_nodes": groups.missing_nodes,
+            "group_results": groups.group_results,
         }

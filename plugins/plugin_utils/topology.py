@@ -28,7 +28,8 @@ _DICT_SETTINGS = ("env", "extra_args", "speculative")
 # A sglang_groups entry: one server whose tensor-parallel ranks span the hosts of ``nodes`` (rank 0 first), with
 # the settings every node's rank shares.
 GROUP_KEYS = ("name", "port", "tp_size", "nodes", "dist_init_port", "dist_init_addr") + SERVER_SETTINGS
-NODE_KEYS = ("host", "gpus", "address", "env")
+# A node's own port: the group's port is taken on that host (or several nodes share a machine, as in tests).
+NODE_KEYS = ("host", "gpus", "address", "env", "port")
 DEFAULT_DIST_INIT_PORT = 50000
 # The place of a group member in its group, set from sglang_groups only (the key ``node`` of a server).
 NODE_FIELDS = ("group", "nnodes", "node_rank", "dist_init_addr", "hosts")
@@ -270,7 +271,8 @@ def _group_member(group, label, host, play_hosts, problems):
         rank = hosts.index(host)
         node = nodes[rank]
         member = {key: value for key, value in group.items() if key not in ("nodes", "dist_init_port", "dist_init_addr")}
-        member.update(gpus=node["gpus"], env={**(group.get("env") or {}), **(node.get("env") or {})},
+        member.update(gpus=node["gpus"], port=node.get("port", group["port"]),
+                      env={**(group.get("env") or {}), **(node.get("env") or {})},
                       node={"group": group["name"], "nnodes": len(nodes), "node_rank": rank,
                             "dist_init_addr": address, "hosts": hosts})
     return member

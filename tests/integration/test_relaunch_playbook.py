@@ -148,7 +148,10 @@ def test_only_the_named_servers_are_relaunched_and_survey_minimums_are_checked(s
     assert state_pid(sim_host, "gpu0") == pids["gpu0"], "a server not named is left alone"
     assert all(state_pid(sim_host, name) != pids[name] for name in ("gpu1", "gpu2"))
     lines = summary(result)
-    assert [line.split()[0] for line in lines[2:lines.index("since the last good run:")]] == ["gpu1", "gpu2"]
+    # The table, then how the stopped servers drained, then what changed since their last good run.
+    drained = next(index for index, line in enumerate(lines) if line.startswith("drained before the stop: 2 servers"))
+    assert [line.split()[0] for line in lines[2:drained]] == ["gpu1", "gpu2"]
+    assert lines[drained + 1] == "since the last good run:"
     [failed] = result.task("configured against relaunch_expect")
     assert "is below the expected minimum 100000" in failed["msg"][0]
 

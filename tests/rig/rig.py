@@ -2,8 +2,10 @@
 """Proxmox LXC test rig: makes this machine look like a Proxmox node for proxmox_pct_remote.
 
 The rig provides what ``community.proxmox.proxmox_pct_remote`` talks to on a real node:
-  - real LXC system containers named by numeric vmid (Debian bookworm, loopback-only network),
-    cloned from a cached base container that survives ``down`` (``purge`` removes it);
+  - real LXC system containers named by numeric vmid (Debian bookworm, loopback-only network unless
+    ``--network``), cloned from a cached base container that survives ``down`` (``purge`` removes it);
+  - with ``--network``, a bridge of its own (gpuopsrig0, no address on this machine) and a veth per container on
+    a small private subnet (10.213.0.0/24), so containers reach each other and nothing else (multi-node groups);
   - an sshd of its own on 127.0.0.1:<port> (config, host key, client key and authorized_keys
     under the work dir; the system sshd and /root/.ssh are untouched);
   - a ``pct`` stand-in at /usr/sbin/pct (tests/rig/pct.py) that logs every call;
@@ -12,7 +14,7 @@ The rig provides what ``community.proxmox.proxmox_pct_remote`` talks to on a rea
 
 CLI (root only; stdlib only so the system python3 can run it):
   rig.py setup                       install host packages, build the cached base container
-  rig.py up --containers 200,201 [--gpus 8] [--port 2222] [--workdir DIR]
+  rig.py up --containers 200,201 [--gpus 8] [--port 2222] [--network] [--workdir DIR]
   rig.py status [--json]
   rig.py inventory [--output PATH]
   rig.py down [--keep]               --keep stops the containers but keeps them and the work dir
@@ -67,6 +69,11 @@ CONTAINER_CONFIG = """\
 lxc.net.0.type = empty
 lxc.apparmor.profile = unconfined
 """
+
+# --network: the rig's own bridge, without an address on this machine, and one address per container.
+BRIDGE = "gpuopsrig0"
+SUBNET = "10.213.0"
+NETWORK_MARK = "# gpuops-rig network"
 
 SIM_DIR_IN_CT = "/opt/gpuops-sim"
 FAKE_GPU_DIR_IN_CT = "/var/lib/fake-gpu"
@@ -301,7 +308,40 @@ def attach(vmid, command, **kwargs):
     return run(["lxc-attach", "-n", str(vmid), "--clear-env", "--"] + command, **kwargs)
 
 
-def ensure_container(vmid):
+def ensure_bridge():
+    """The rig's bridge, up; no address of this machine is on it, so only the containers talk over it."""
+    if not Path(f"/sys/class/net/{BRIDGE}").exists():
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def remove_bridge():
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        run(["ip", "link", "delete", BRIDGE], check=False)
+
+
+def container_address(index):
+    return f"{SUBNET}.{10 + index}"
+
+
+def set_network(vmid, address):
+    """The container's network: loopback only (address None), or a veth on the rig's bridge with ``address``.
+    Returns True when its config changed (a running container must restart to get it)."""
+    config = LXC_PATH / str(vmid) / "config"
+    lines = config.read_text().splitlines()
+    start = next((index for index, line in enumerate(lines) if line == NETWORK_MARK), None)
+    kept = [line for line in (lines if start is None else lines[:start]) if not line.startswith("lxc.net.")]
+    network = ["lxc.net.0.type = empty"] if address is None else [
+        "lxc.net.0.type = veth", f"lxc.net.0.link = {BRIDGE}", "lxc.net.0.flags = up", "lxc.net.0.name = eth0",
+        f"lxc.net.0.ipv4.address = {address}/24"]
+    text = "\n".join(kept + [NETWORK_MARK] + network) + "\n"
+    if config.read_text() == text:
+        return False
+    config.write_text(text)
+    return True
+
+
+def ensure_container(vmid, address=None):
     if lxc_exists(vmid):
         if not owned(vmid):
             raise RigError(f"container {vmid} exists and was not made by the rig; pick other --containers")
@@ -309,6 +349,8 @@ def ensure_container(vmid):
         log(f"cloning container {vmid} from {BASE_NAME}")
         run(["lxc-copy", "-n", BASE_NAME, "-N", str(vmid)])
         mark_owned(vmid)
+    if set_network(vmid, address) and lxc_state(vmid) == "running":
+        run(["lxc-stop", "-n", str(vmid)])
     if lxc_state(vmid) != "running":
         run(["lxc-start", "-n", str(vmid)])
         run(["lxc-wait", "-n", str(vmid), "-s", "RUNNING", "-t", "30"])
@@ -364,7 +406,10 @@ def read_state(paths):
 
 def write_inventory(paths, state, output=None):
     output = Path(output) if output else paths.inventory
-    hosts = "".join(f"        ct{vmid}:\n          proxmox_vmid: {vmid}\n" for vmid in state["containers"])
+    addresses = state.get("addresses") or {}
+    hosts = "".join(f"        ct{vmid}:\n          proxmox_vmid: {vmid}\n"
+                    + (f"          gpuops_rig_address: {addresses[str(vmid)]}\n" if str(vmid) in addresses else "")
+                    for vmid in state["containers"])
     output.write_text(f"""\
 # Written by tests/rig/rig.py: containers on this machine reached like Proxmox CTs.
 all:
@@ -398,8 +443,8 @@ def parse_vmids(text):
 
 
 def up(containers, gpus=8, workdir=DEFAULT_WORKDIR, port=DEFAULT_PORT,
-       mirror=DEFAULT_MIRROR, security_mirror=DEFAULT_SECURITY_MIRROR):
-    """Bring the rig up (idempotent) and return its state dict."""
+       mirror=DEFAULT_MIRROR, security_mirror=DEFAULT_SECURITY_MIRROR, network=False):
+    """Bring the rig up (idempotent) and return its state dict; ``network``: the containers on the rig's bridge."""
     paths = Paths(workdir)
     setup(mirror, security_mirror)
     previous = read_state(paths)
@@ -418,9 +463,12 @@ def up(containers, gpus=8, workdir=DEFAULT_WORKDIR, port=DEFAULT_PORT,
         "call_log": str(paths.call_log),
         "inventory": str(paths.inventory),
     }
+    if network:
+        ensure_bridge()
+        state["addresses"] = {str(vmid): container_address(index) for index, vmid in enumerate(state["containers"])}
     paths.state.write_text(json.dumps(state, indent=2) + "\n")
     for vmid in containers:
-        ensure_container(vmid)
+        ensure_container(vmid, (state.get("addresses") or {}).get(str(vmid)))
         install_simulator(vmid, gpus)
     write_inventory(paths, state)
     return state
@@ -431,6 +479,8 @@ def down(workdir=DEFAULT_WORKDIR, keep=False):
     state = read_state(paths) or {"containers": []}
     for vmid in state["containers"]:
         destroy_container(vmid, keep)
+    if state.get("addresses"):
+        remove_bridge()
     stop_sshd(paths)
     remove_pct()
     if not keep:
@@ -494,6 +544,8 @@ def main(argv=None):
             command.add_argument("--containers", required=True, help="comma-separated vmids, e.g. 200,201")
             command.add_argument("--gpus", type=int, default=8)
             command.add_argument("--port", type=int, default=DEFAULT_PORT)
+            command.add_argument("--network", action="store_true",
+                                 help=f"the containers on a bridge of the rig's own ({SUBNET}.0/24)")
     sub.add_parser("down").add_argument("--keep", action="store_true",
                                         help="stop the containers but keep them and the work dir")
     sub.add_parser("status").add_argument("--json", action="store_true")
@@ -509,7 +561,7 @@ def main(argv=None):
             setup(args.mirror, args.security_mirror)
         elif args.command == "up":
             print_facts(up(parse_vmids(args.containers), args.gpus, args.workdir, args.port,
-                           args.mirror, args.security_mirror))
+                           args.mirror, args.security_mirror, args.network))
         elif args.command == "down":
             require_root()
             down(args.workdir, args.keep)
