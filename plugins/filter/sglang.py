@@ -75,5 +75,6 @@ class FilterModule:
             "play_facts": groups.play_facts,
             "flagged_members": groups.flagged_members,
             "missing_nodes": groups.missing_nodes,
+            "complete_groups": groups.complete_groups,
             "group_results": groups.group_results,
         }

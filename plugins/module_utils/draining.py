@@ -9,6 +9,9 @@ then exits) and the count is followed until it is 0. Either way the stop goes on
 no such endpoint) has nothing to wait for.
 """
 
+import ipaddress
+import urllib.parse
+
 from ansible_collections.gpuops.sglang.plugins.module_utils.in_flight import (
     requests_in_flight,
 )
@@ -28,12 +31,16 @@ ALL_INTERFACES = ("0.0.0.0", "::", "[::]")
 DRAINING, DRAINED, TIMED_OUT, UNCOUNTED, EXITED = "draining", "drained", "timed_out", "uncounted", "exited"
 
 
-def worker_url(params, port):
-    """The server as the router's worker: ``http://<router_worker_host or host>:<port>``."""
-    host = params.get("router_worker_host") or params["host"]
+def server_url(host, port):
+    """``http://host:port``, an IPv6 address in brackets."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def worker_url(params, port):
+    """The server as the router's worker: ``http://<router_worker_host or host>:<port>``."""
+    return server_url(params.get("router_worker_host") or params["host"], port)
 
 
 def router_problems(router_url, host, worker_host, names=("router_url", "router_worker_host")):
@@ -50,7 +57,19 @@ def router_problems(router_url, host, worker_host, names=("router_url", "router_
     if not worker_host and host in ALL_INTERFACES:
         problems.append(f"{worker_host_name} is required with {url_name} when the servers listen on {host!r}: the "
                         "address at which the router reaches them, e.g. the GPU host's IP")
+    elif _is_loopback(worker_host or host) and not _is_loopback(urllib.parse.urlsplit(router_url).hostname or ""):
+        # The router would list the servers under another address: nothing would be taken out before a stop.
+        problems.append(f"{worker_host_name} must be the address at which the router {router_url} reaches the "
+                        f"servers; {worker_host or host!r} is this host's loopback, which a router elsewhere cannot "
+                        "reach")
     return problems
+
+
+def _is_loopback(host):
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def router_client(params):
@@ -63,8 +82,10 @@ def router_client(params):
 class Drain:
     """The drain of one server; ``poll(now)`` says where it stands (DRAINING until it ends)."""
 
-    def __init__(self, base_url, timeout, api_key, started, count=requests_in_flight):
+    def __init__(self, base_url, timeout, api_key, started, count=requests_in_flight,
+                 count_timeout=COUNT_TIMEOUT_SECONDS):
         self.base_url, self.timeout, self.api_key = base_url, timeout, api_key
+        self.count_timeout = count_timeout
         self.started = started
         self._count = count
         self._next_count_at = started
@@ -78,7 +99,7 @@ class Drain:
             return self.outcome
         if now >= self._next_count_at:
             self._next_count_at = now + COUNT_INTERVAL_SECONDS
-            self.requests_left, self.error = self._count(self.base_url, COUNT_TIMEOUT_SECONDS, self.api_key)
+            self.requests_left, self.error = self._count(self.base_url, self.count_timeout, self.api_key)
             if self.requests_left is None:
                 self.end(now, UNCOUNTED)
             elif self.requests_left == 0:

@@ -453,15 +453,15 @@ def wait_slice(params, carry=None, check_mode=False):
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
     else:
         _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
+        # What each server's state file says now, read once for the last good copies and the journal.
+        states = {tracker.name: read_state(params["state_dir"], tracker.name) for tracker in trackers}
+        # A configuration that came up is good, whether or not the router then takes the server back.
+        keep_last_good(params, trackers, states)
         register_ready(params, [tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
-    if not check_mode:
-        # What each server's state file says now, read once for both.
-        states = {tracker.name: read_state(params["state_dir"], tracker.name) for tracker in trackers}
-        keep_last_good(params, trackers, states)
-        if params["journal"]:
-            result["journal_error"] = journal_relaunch(params, trackers, states)
+    if not check_mode and params["journal"]:
+        result["journal_error"] = journal_relaunch(params, trackers, states)
     keep_hold = params["hold_on_failure"] and result["not_ready"]
     if params["release_run"] and params.get("run_id") and not check_mode and not keep_hold:
         # The run's last call to the host: giving it back here saves the release's round trip.
@@ -478,6 +478,8 @@ def register_ready(params, trackers):
         return
     added = []
     for tracker in trackers:
+        if tracker.node_rank:  # a node after rank 0 of a group serves only a placeholder: never a worker
+            continue
         url = draining.worker_url(params, tracker.port)
         tracker.result["router"] = {"worker_url": url, "worker_id": None, "healthy": False}
         try:

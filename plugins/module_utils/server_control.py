@@ -471,29 +471,29 @@ class ServerControl:
         plan.enter(STEP_KILLING if sig == signal.SIGKILL else STEP_STOPPING, now)
         return reached
 
-    def _drains(self, plan):
-        """A running server is drained before it stops; one still starting has nothing in flight to wait for."""
-        return self.params["drain_timeout"] > 0 and plan.main_pid is not None and bool(self._port(plan))
-
     @staticmethod
     def _port(plan):
         return plan.spec.get("port") or (plan.recorded or {}).get("port")
 
-    def _start_drain(self, plan, now):
-        """Behind a router: out of it, then drained before SIGTERM. Without: SIGTERM starts SGLang's drain."""
-        if self.router:
+    def _begin_stop(self, plan, now):
+        """A running server: out of the router first (behind one), then drained (drain_timeout > 0) - before SIGTERM
+        behind a router, after it without (SIGTERM starts SGLang's own drain)."""
+        params = self.params
+        if plan.worker_url:
             plan.router_removed, error = draining.deregister(self.router, plan.worker_url)
             if error:
                 # Still registered, maybe still routed to: stopping it now would fail requests.
                 self._fail(plan, now, f"{plan.name} was not stopped: taking it out of the router failed: {error}",
                            down=False)
                 return
-        else:
+        drains = params["drain_timeout"] > 0
+        if not (plan.worker_url and drains):
             self._signal(plan, signal.SIGTERM, now)
-        params = self.params
-        plan.drain = draining.Drain(f"http://{params['host']}:{self._port(plan)}", params["drain_timeout"],
-                                    params.get("api_key"), now)
-        plan.enter(STEP_DRAINING, now)
+        if drains:
+            plan.drain = draining.Drain(draining.server_url(params["host"], self._port(plan)), params["drain_timeout"],
+                                        params.get("api_key"), now,
+                                        count_timeout=min(params["probe_timeout"], draining.COUNT_TIMEOUT_SECONDS))
+            plan.enter(STEP_DRAINING, now)
 
     def _advance_drain(self, plan, now):
         if not self.owner.still_alive(plan.targets()):
@@ -501,7 +501,7 @@ class ServerControl:
         elif plan.drain.poll(now) == draining.DRAINING:
             return
         self._event(plan, "drain_end", now, **plan.drain.report())
-        if self.router:
+        if plan.worker_url:
             self._signal(plan, signal.SIGTERM, now)
         else:
             plan.enter(STEP_STOPPING, now)  # SIGTERM was sent when the drain began
@@ -637,8 +637,8 @@ class ServerControl:
             plan.stop_started = started
             if not plan.targets():
                 plan.enter(STEP_VERIFYING, started)
-            elif self._drains(plan):
-                self._guarded(plan, started, self._start_drain, plan, started)
+            elif plan.main_pid is not None and self._port(plan):  # serving, or on its way: not killed unasked
+                self._guarded(plan, started, self._begin_stop, plan, started)
             else:
                 self._signal(plan, signal.SIGTERM, started)
         last_report = 0.0

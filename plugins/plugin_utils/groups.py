@@ -21,20 +21,29 @@ def play_facts(hosts, hostvars, name):
 
 
 def flagged_members(members, flagged_by_host):
-    """This node's group ranks whose group some node flagged (its own rank of the same group named)."""
+    """This node's group ranks whose group some node flagged (its own rank of the same group named) - or whose
+    node is missing from ``flagged_by_host``: a node that failed outright said nothing, and cannot be taken as fine."""
     return [member for member in members
-            if any(member["name"] in flagged_by_host.get(host, []) for host in member["node"]["hosts"])]
+            if any(host not in flagged_by_host or member["name"] in flagged_by_host[host]
+                   for host in member["node"]["hosts"])]
 
 
-def missing_nodes(members, active_hosts):
-    """One sentence per group of this node with a node no longer in the play (failed or unreachable earlier in the
-    run): such a group cannot be relaunched as one unit."""
+def complete_groups(members, batch_hosts):
+    """The members whose every node is still in this batch of the run: a group is only acted on as a whole."""
+    return [member for member in members if all(host in batch_hosts for host in member["node"]["hosts"])]
+
+
+def missing_nodes(members, batch_hosts, play_hosts):
+    """One sentence per group of this node with a node outside this batch of the play: failed or unreachable earlier
+    in the run, or in another batch of ``relaunch_serial``; such a group cannot be relaunched as one unit."""
     problems = []
     for member in members:
-        gone = [host for host in member["node"]["hosts"] if host not in active_hosts]
+        gone = [host for host in member["node"]["hosts"] if host not in batch_hosts]
         if gone:
-            problems.append(f"group {member['name']}: node {', '.join(gone)} failed earlier in this run; a group is "
-                            "relaunched as one unit, so none of its ranks was touched")
+            why = ("is in another batch of relaunch_serial" if all(host in play_hosts for host in gone)
+                   else "failed earlier in this run")
+            problems.append(f"group {member['name']}: node {', '.join(gone)} {why}; a group is relaunched as one "
+                            "unit, so none of its ranks was touched")
     return problems
 
 
@@ -52,9 +61,10 @@ def group_results(members, plan, stop, start, cleanup, wait, failed_by_host):
         result = dict(start.get(name) or stop.get(name) or plan.get(name) or {"name": name, "action": "unchanged"})
         own_failure = result.get("error") or wait.get(name, {}).get("status", "ready") != "ready"
         if not own_failure and (name in cleanup or (name in stop and name not in start)):
-            elsewhere = [host for host in node["hosts"] if name in failed_by_host.get(host, [])]
+            elsewhere = [host for host in node["hosts"] if host not in failed_by_host
+                         or name in failed_by_host[host]]
             result.update(down=True, pid=None, error=(
                 f"{name} rank {node['node_rank']} stopped with its group: its rank on {', '.join(elsewhere)} did not "
-                "come up (see there); a group runs only as a whole"))
+                "stop, start or come up (see there); a group runs only as a whole"))
         results.append(result)
     return results

@@ -80,10 +80,11 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
         rows.append([server["name"], _gpus(server), server["port"], action, waited["status"],
                      waited.get("phase"), _seconds(waited.get("seconds_to_ready")),
                      facts.get("max_total_num_tokens"), facts.get("max_running_requests")])
-    ready = count_ready(wait_results or [])
+    down = [result["name"] for result in server_results or [] if result.get("down")]
+    # A rank of a multi-node group that came up but was stopped with its group is down, not ready.
+    ready = count_ready(result for result in wait_results or [] if result["name"] not in down)
     header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", "max_total_num_tokens",
               "max_running_requests"]
-    down = [result["name"] for result in server_results or [] if result.get("down")]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
     return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
             + drain_and_router_lines(server_results, wait_results)
@@ -94,7 +95,9 @@ def drain_and_router_lines(server_results, wait_results):
     """How the stopped servers drained (the longest, and those cut at drain_timeout), and whether the ready ones
     are back in the router."""
     lines = []
-    drains = [(result["name"], result["drain"]) for result in server_results or [] if result.get("drain")]
+    # Not a server that gave no count (still starting, hung, a node after rank 0): nothing was drained there.
+    drains = [(result["name"], result["drain"]) for result in server_results or []
+              if (result.get("drain") or {}).get("outcome") in ("drained", "exited", "timed_out")]
     if drains:
         name, longest = max(drains, key=lambda item: item[1]["seconds"])
         line = f"drained before the stop: {len(drains)} servers, the longest {longest['seconds']:.1f} s ({name})"

@@ -31,8 +31,6 @@ GROUP_KEYS = ("name", "port", "tp_size", "nodes", "dist_init_port", "dist_init_a
 # A node's own port: the group's port is taken on that host (or several nodes share a machine, as in tests).
 NODE_KEYS = ("host", "gpus", "address", "env", "port")
 DEFAULT_DIST_INIT_PORT = 50000
-# The place of a group member in its group, set from sglang_groups only (the key ``node`` of a server).
-NODE_FIELDS = ("group", "nnodes", "node_rank", "dist_init_addr", "hosts")
 
 
 class TopologyError(ValueError):
@@ -192,8 +190,9 @@ def group_members(groups, host, play_hosts=None):
     group, nnodes, node_rank, dist_init_addr (rank 0's rendezvous) and the group's hosts in rank order.
 
     Every group is checked, not only this host's: all nodes see the same problems, before any host is touched.
-    ``play_hosts``: the hosts of the play (ansible_play_hosts_all); a group must have all its nodes in it, or a
-    relaunch would stop ranks whose peers it cannot start.
+    ``play_hosts``: the hosts of the play (ansible_play_hosts_all) when a relaunch asks; a group must have all its
+    nodes in it, or the relaunch would stop ranks whose peers it cannot start. None: not checked (a status or a
+    stop may look at one node).
     """
     if groups in (None, "", []):
         return []
@@ -287,6 +286,9 @@ def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=3
     """
     members = group_members(groups, host, play_hosts)
     bound = host_gpu_count if host_gpu_count is not None else gpu_count
+    if isinstance(servers, (list, tuple)) and any(isinstance(server, dict) and "node" in server for server in servers):
+        raise TopologyError("invalid server topology:\n- a sglang_servers entry has the key 'node', which only "
+                            "sglang_groups sets (the rank of a multi-node group); describe the group there")
     if servers or members:
         if isinstance(servers, (list, tuple)) or not servers:  # else validate_servers names the wrong type
             servers = list(servers or []) + members

@@ -84,13 +84,17 @@ def test_restarted_stops_every_rank_on_every_node_before_any_rank_starts(two_nod
     result = two_nodes.run("relaunch", {"relaunch_state": "restarted"})
     assert result.rc == 0, result.stdout[-6000:]
     names = [play_task["task"]["name"] for play in result.report["plays"] for play_task in play["tasks"]]
-    [stop] = [index for index, name in enumerate(names) if "Stop every rank of those groups" in name]
+    [first] = [index for index, name in enumerate(names) if "Stop rank 0 of those groups" in name]
+    [rest] = [index for index, name in enumerate(names) if "Stop the other ranks of those groups" in name]
     [start] = [index for index, name in enumerate(names) if "Start every rank of the groups" in name]
-    assert stop < start, "one task stops the ranks of every node, the next starts them"
+    assert first < rest < start, "rank 0 stops (drained) first, then the other ranks, then every rank starts"
+    [rank0] = result.of("node0").task("Stop rank 0")[0]["servers"]
+    assert rank0["action"] == "stopped" and rank0["drain"]["outcome"] in ("drained", "exited"), rank0
+    assert result.of("node1").task("Stop rank 0")[0].get("skipped")
+    # Rank 1 ended by itself once rank 0 was gone (its gloo connection closed), or was stopped.
+    [rank1] = result.of("node1").task("Stop the other ranks")[0]["servers"]
+    assert rank1["action"] in ("stopped", "already_stopped") and not rank1["error"]
     for name in NODES:
-        # A rank whose peer stopped first may have ended by itself already (its gloo connection closed).
-        [stopped] = result.of(name).task("Stop every rank")[0]["servers"]
-        assert stopped["action"] in ("stopped", "already_stopped") and not stopped["error"]
         assert two_nodes.state(name)["pid"] != before[name]
 
 

@@ -208,3 +208,14 @@ def test_the_router_key_is_never_shown_and_a_wrong_one_fails_before_anything_is_
     assert all(pids(sim_host)[name] != before[name] for name in before)
     assert_nothing_leaks(sim_host, [wrong, right], [key])
     assert leaks(router.log(), [key]) == []
+
+
+def test_without_a_drain_a_server_still_leaves_the_router_before_its_sigterm(fleet):
+    sim_host, router, client = fleet
+    result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url, relaunch_drain_timeout=0,
+                                           relaunch_batch_size=8))
+    assert result.rc == 0, result.stdout[-4000:]
+    [task] = result.task("Bring servers")
+    for server in task["servers"]:
+        assert server["drain"] is None and len(server["router"]["removed_ids"]) == 1, server
+    assert sum(worker.healthy for worker in client.workers()) == 8

@@ -479,8 +479,7 @@ def down(workdir=DEFAULT_WORKDIR, keep=False):
     state = read_state(paths) or {"containers": []}
     for vmid in state["containers"]:
         destroy_container(vmid, keep)
-    if state.get("addresses"):
-        remove_bridge()
+    remove_bridge()  # also one an earlier `up --network` left when a later `up` went without it
     stop_sshd(paths)
     remove_pct()
     if not keep:

@@ -104,9 +104,18 @@ def test_the_worker_url_is_the_address_the_router_reaches(host, worker_host, por
     assert draining.worker_url({"host": host, "router_worker_host": worker_host}, port) == url
 
 
+def test_a_loopback_worker_host_behind_a_router_elsewhere_is_refused():
+    # The router would list the servers under another address: nothing would be taken out of it before a stop.
+    [problem] = draining.router_problems("http://10.0.0.2:8000", "127.0.0.1", None)
+    assert problem.startswith("router_worker_host must be the address at which the router http://10.0.0.2:8000 "
+                              "reaches the servers; '127.0.0.1' is this host's loopback")
+    assert draining.router_problems("http://10.0.0.2:8000", "127.0.0.1", "10.0.0.5") == []
+    assert draining.router_problems("http://localhost:8000", "127.0.0.1", None) == []
+
+
 def test_router_settings_are_checked_with_the_names_the_caller_uses():
     assert draining.router_problems(None, "0.0.0.0", None) == []
-    assert draining.router_problems("http://10.0.0.2:8000", "127.0.0.1", None) == []
+    assert draining.router_problems("http://127.0.0.1:8000", "127.0.0.1", None) == []
     problems = draining.router_problems("10.0.0.2:8000", "0.0.0.0", None,
                                         names=("sglang_router_url", "sglang_router_worker_host"))
     assert len(problems) == 2

@@ -83,3 +83,13 @@ def test_groups_must_be_a_list_of_named_groups():
     with pytest.raises(TopologyError, match="duplicate group name 'g'"):
         group = {"name": "g", "port": 1, "tp_size": 2, "nodes": [{"host": "a", "gpus": [0]}, {"host": "b", "gpus": [0]}]}
         group_members([group, group], "a")
+
+
+def test_a_server_entry_cannot_make_itself_a_rank():
+    with pytest.raises(TopologyError, match="a sglang_servers entry has the key 'node', which only sglang_groups sets"):
+        expand_topology([{"name": "x", "port": 1, "gpus": [0], "node": {"node_rank": 1}}])
+
+
+def test_the_play_is_checked_only_when_asked():
+    # A status or a stop may look at one node (no play_hosts); a relaunch passes the play's hosts.
+    assert expand_topology(groups=[GROUP], host="gpu-ct401")[0]["node"]["node_rank"] == 0
