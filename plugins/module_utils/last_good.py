@@ -90,11 +90,17 @@ def script(state_dir, name):
     return _script(state_dir, name, "")
 
 
-def rollback_target(state_dir, name, leaving_sha256=None):
-    """``(record, script text)`` of the newest intact last good configuration that is not ``leaving_sha256`` (the
-    script being rolled back from), or ``(None, None)``."""
+def rollback_target(state_dir, name, leaving_sha256=None, run_id=None):
+    """``(record, script text)`` of the newest intact last good configuration, or ``(None, None)``.
+
+    Not the script being rolled back from (``leaving_sha256``) when this run (``run_id``) made it last good: a
+    canary that came up, then regressed. The same script kept by an earlier run is good: a rank of a multi-node
+    group whose own configuration did not change, stopped because a peer's failed, goes back to it.
+    """
     for generation in GENERATIONS:
         found, text = record(state_dir, name, generation), _script(state_dir, name, generation)
-        if text is not None and found["script_sha256"] != leaving_sha256:
+        leaves_it = found is not None and found["script_sha256"] == leaving_sha256 and (
+            run_id is None or found.get("run_id") == run_id)
+        if text is not None and not leaves_it:
             return found, text
     return None, None

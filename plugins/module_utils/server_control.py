@@ -127,6 +127,9 @@ def validate_request(params):
             missing = [key for key in ("port", "gpus", "launch_script", "log_path") if server.get(key) in (None, [])]
             if missing:
                 problems.append(f"{where}: {', '.join(missing)} required for state={state}")
+        for extra in server.get("extra_ports") or []:
+            if not 1 <= extra <= 65535:
+                problems.append(f"{where}.extra_ports entry {extra} is out of range 1-65535")
         port = server.get("port")
         if port is not None:
             if not 1 <= port <= 65535:
@@ -335,9 +338,10 @@ class ServerControl:
             raise ServerControlError(f"invalid request: rollback relaunches servers: state must be restarted, "
                                      f"not {self.params['state']}")
         for spec in self.params["servers"]:
-            # Never back to the script it is rolled back from (a canary that came up, then regressed).
+            # Never back to the script it is rolled back from when this run made it last good (a canary that came
+            # up, then regressed); back to it when an earlier run did (a group rank stopped for a peer's failure).
             leaving = (read_state(self.state_dir, spec["name"]) or {}).get("script_sha256")
-            found, text = last_good.rollback_target(self.state_dir, spec["name"], leaving)
+            found, text = last_good.rollback_target(self.state_dir, spec["name"], leaving, self.params.get("run_id"))
             if text is None or not spec.get("launch_script"):
                 self.no_last_good.append(spec["name"])
                 continue
@@ -433,8 +437,9 @@ class ServerControl:
                 judge(pid, f"GPU {gpu}", [plan for plan in plans if plan.changes and gpu in plan.gpus])
         for plan in plans:
             if plan.launches:
-                for pid in procfs.port_listeners(plan.spec["port"]):
-                    judge(pid, f"port {plan.spec['port']} of server {plan.name!r}", [plan])
+                for port in [plan.spec["port"]] + (plan.spec.get("extra_ports") or []):
+                    for pid in procfs.port_listeners(port):
+                        judge(pid, f"port {port} of server {plan.name!r}", [plan])
         if problems:
             raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
 

@@ -124,6 +124,13 @@ options:
           - File receiving the server's stdout and stderr. The previous one is rotated, never truncated.
           - Required unless O(state=stopped).
         type: path
+      extra_ports:
+        description:
+          - Other TCP ports the server listens on, e.g. the rendezvous port (C(--dist-init-addr)) of rank 0 of a
+            multi-node group. Like O(servers[].port), a foreign process listening on one fails the task before
+            anything is killed.
+        type: list
+        elements: int
       pid_file:
         description:
           - Also write the launched pid to this file (replaced atomically, never written through a symbolic
@@ -467,6 +474,7 @@ ARGUMENT_SPEC = {
         "launch_script": {"type": "path"},
         "log_path": {"type": "path"},
         "pid_file": {"type": "path"},
+        "extra_ports": {"type": "list", "elements": "int"},
     }},
     "state": {"type": "str", "choices": list(STATES), "default": "started"},
     "rollback": {"type": "bool", "default": False},

@@ -92,7 +92,7 @@ def _normalize(server, position, problems):
     result = dict(server)
     node = server.get("node")  # a rank of a multi-node group: its GPUs are this host's share of tp_size
     problems.extend(f"{label}: {_unknown_key_problem(key)}" for key in server
-                    if key not in SERVER_KEYS and not (key == "node" and isinstance(node, dict)))
+                    if key not in SERVER_KEYS and not (key in ("node", "extra_ports") and isinstance(node, dict)))
     missing = [key for key in ("name", "port", "gpus") if key not in server]
     if missing:
         problems.append(f"{label}: missing {', '.join(missing)}")
@@ -274,6 +274,9 @@ def _group_member(group, label, host, play_hosts, problems):
                       env={**(group.get("env") or {}), **(node.get("env") or {})},
                       node={"group": group["name"], "nnodes": len(nodes), "node_rank": rank,
                             "dist_init_addr": address, "hosts": hosts})
+        if rank == 0 and address.rpartition(":")[2].isdigit():
+            # Rank 0 listens on the rendezvous port too (SGLang's TCPStore, held while serving): checked free.
+            member["extra_ports"] = [int(address.rpartition(":")[2])]
     return member
 
 

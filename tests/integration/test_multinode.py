@@ -2,12 +2,21 @@
 relaunched by playbooks/relaunch.yml as one unit, with a real TCP rendezvous between the simulated nodes."""
 
 import json
+import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import FakeGpuHost, SimHost, free_port_block, http_status, tagged_pids
+from .conftest import (
+    PYTHON,
+    FakeGpuHost,
+    SimHost,
+    free_port_block,
+    http_status,
+    tagged_pids,
+)
 
 NODES = ("node0", "node1")
 
@@ -123,3 +132,40 @@ def test_a_group_with_a_node_outside_the_play_is_refused_before_any_host_is_touc
     [check] = result.task("Expand and validate the server topology")
     assert "node 'node1' (rank 1) is not in this play" in check["msg"]
     assert two_nodes.state("node0") is None
+
+
+def test_a_foreign_process_on_the_rendezvous_port_is_refused_before_any_rank_is_touched(two_nodes):
+    squatter = subprocess.Popen([PYTHON, "-c", textwrap.dedent(f"""
+        import socket, time
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("0.0.0.0", {two_nodes.rendezvous_port}))
+        listener.listen()
+        print("listening", flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "listening"
+        result = two_nodes.run("relaunch")
+        assert result.rc != 0
+        [plan] = result.task("Plan the ranks")
+        assert f"port {two_nodes.rendezvous_port} of server 'tp8'" in plan["msg"], plan["msg"]
+        assert two_nodes.state("node0") is None and two_nodes.state("node1") is None, "no rank launched anywhere"
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def test_a_group_that_fails_with_a_new_configuration_goes_back_to_its_last_good_one_on_every_node(two_nodes):
+    assert two_nodes.run("relaunch").rc == 0
+    good = {name: two_nodes.state(name)["script_sha256"] for name in NODES}
+    broken = dict(two_nodes.group, nodes=[two_nodes.group["nodes"][0],
+                                          dict(two_nodes.group["nodes"][1], env={"SGLANG_SIM_FAULT": "oom_load"})])
+    result = two_nodes.run("relaunch", {"sglang_groups": [broken]})
+    assert result.rc != 0
+    failures = result.of("node1").task("Check that every server is ready")[0]["msg"]
+    assert failures[0].startswith("tp8 crashed in loading_weights") and failures[0].endswith(": ready again"), failures
+    for name in NODES:
+        now = two_nodes.state(name)
+        assert now["script_sha256"] == good[name], f"{name} runs its last good configuration again"
+    assert http_status(two_nodes.port("node0"), "/health_generate")[0] == 200, "the group serves again"

@@ -52,6 +52,11 @@ def test_a_rollback_never_goes_back_to_the_script_it_leaves(tmp_path):
     assert last_good.script(state_dir, "gpu0") == new
     found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text(new))
     assert (found["run_id"], text) == ("run1", old)
+    found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text(new), run_id="run2")
+    assert (found["run_id"], text) == ("run1", old), "this run made it last good: not back to it"
+    # A later run leaves the same script for another reason (a multi-node group's peer failed): it is good.
+    found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text(new), run_id="run3")
+    assert (found["run_id"], text) == ("run2", new)
     found, text = last_good.rollback_target(state_dir, "gpu0", leaving_sha256=sha256_text("something else"))
     assert (found["run_id"], text) == ("run2", new)
     assert last_good.rollback_target(state_dir, "gpu1") == (None, None)

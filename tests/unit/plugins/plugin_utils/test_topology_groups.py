@@ -29,6 +29,8 @@ def test_each_node_gets_its_rank_with_its_gpus_and_env_and_rank_0_s_rendezvous()
     assert rank0["node"] == {"group": "qwen-tp8", "nnodes": 2, "node_rank": 0, "dist_init_addr": "10.10.0.1:50000",
                              "hosts": ["gpu-ct401", "gpu-ct402"]}
     assert rank1["node"]["node_rank"] == 1 and rank1["node"]["dist_init_addr"] == "10.10.0.1:50000"
+    # Rank 0 listens on the rendezvous port too: the server module checks it free of foreign processes.
+    assert rank0["extra_ports"] == [50000] and "extra_ports" not in rank1
     assert rank1["env"] == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "ens5"}
     argv = launch_argv(rank1, SETTINGS)
     assert argv[argv.index("--tp-size"):argv.index("--tp-size") + 8] == [
