@@ -155,10 +155,10 @@ def measure(target, mode, router, load, capacity, base_vars, batch_size, output)
 def markdown(results, args):
     lines = [f"# Rolling relaunch behind sglang-router ({time.strftime('%Y-%m-%d')})", "",
              (f"{SERVERS} simulated servers (time scale {args.time_scale}), {args.clients} streaming clients of "
-             f"{TOKENS / 40:.1f} s requests through the real router, relaunch_state=restarted "
-             f"relaunch_batch_size={args.batch_size}; {args.reps} repetitions, 2 shared cores."), "",
+              f"{TOKENS / 40:.1f} s requests through the real router, relaunch_state=restarted "
+              f"relaunch_batch_size={args.batch_size}; {args.reps} repetitions, 2 shared cores."), "",
              ("| mode | rc | wall s | requests | failed | least healthy | server-s not healthy | req/s before | "
-             "req/s during |"), "|---|---|---|---|---|---|---|---|---|"]
+              "req/s during |"), "|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         lines.append(f"| {result['mode']} | {result['rc']} | {result['wall_s']} | {result['requests']} | "
                      f"{result['failed']} | {result['min_healthy']} of {result['servers']} | "

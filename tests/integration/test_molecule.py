@@ -43,7 +43,7 @@ def test_scenario(scenario, launcher):
     env.pop("MOLECULE_KEEP_RIG", None)
     # Molecule keeps "created"/"prepared" in ~/.ansible/tmp per project path: a run cut short on this machine would
     # make it skip the create of a rig that is gone. Every run starts from no state.
-    for owner in {scenario, "default"}:
+    for owner in sorted({scenario, "default"}):
         subprocess.run([str(BIN / "molecule"), "reset", "-s", owner], cwd=REPO, env=env, capture_output=True,
                        timeout=120, check=False)
     try:

@@ -28,17 +28,17 @@ def test_a_node_that_failed_outright_flags_its_groups_and_they_are_not_acted_on(
 
 def test_facts_of_the_play_default_to_nothing_for_a_host_without_them():
     hostvars = {"ct401": {"relaunch_group_changes": ["tp8"]}, "ct402": {}}
-    assert play_facts(HOSTS + ["gone"], hostvars, "relaunch_group_changes") == {"ct401": ["tp8"], "ct402": [],
-                                                                               "gone": []}
+    facts = play_facts(HOSTS + ["gone"], hostvars, "relaunch_group_changes")
+    assert facts == {"ct401": ["tp8"], "ct402": [], "gone": []}
 
 
 def test_a_group_with_a_node_outside_this_batch_is_named_with_why():
     assert missing_nodes([RANK0, OTHER], ["ct401", "ct402"], ["ct401", "ct402"]) == [
         ("group tp4: node ct403 failed earlier in this run; a group is relaunched as one unit, so none of its ranks "
-        "was touched")]
+         "was touched")]
     assert missing_nodes([RANK0], ["ct401"], HOSTS) == [
         ("group tp8: node ct402 is in another batch of relaunch_serial; a group is relaunched as one unit, so none of "
-        "its ranks was touched")]
+         "its ranks was touched")]
 
 
 def test_a_rank_stopped_because_its_group_failed_elsewhere_is_down_with_that_reason():

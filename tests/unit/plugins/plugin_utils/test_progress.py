@@ -74,7 +74,7 @@ def test_server_progress_names_who_is_draining_killed_waiting_for_memory_or_down
         "ct200: gpu2 SIGKILL sent 30 s after SIGTERM: it ignored SIGTERM for the whole stop_timeout (1 processes)",
         "ct200: gpu4 FAILED: gpu4 is down: GPU 4 memory not freed",
         ("ct200: gpu7 drain_timeout reached after 60 s with 3 requests in flight: stopping it anyway (those requests "
-        "fail)"),
+         "fail)"),
         ("ct200: 1/8 stopped or launched after 31 s"
          " | gpu1 stopping 12 s after SIGTERM (3 processes left)"
          " | gpu5 draining, 12 requests left (8 s)"

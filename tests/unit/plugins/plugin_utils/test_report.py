@@ -149,7 +149,7 @@ def test_summary_says_how_servers_drained_and_whether_the_router_took_them_back(
     lines = relaunch_summary(SERVERS, server_results, waits)
     assert lines[5:] == [
         ("drained before the stop: 3 servers, the longest 60.0 s (gpu2); stopped at drain_timeout with requests in "
-        "flight, which failed: gpu2 (3 requests)"),
+         "flight, which failed: gpu2 (3 requests)"),
         "router: 2/3 ready servers back in it, healthy; NOT back: gpu1 (still pending)",
     ]
     # Without a drain or a router, nothing is said.

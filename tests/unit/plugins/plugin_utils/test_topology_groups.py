@@ -60,7 +60,7 @@ def test_the_rendezvous_defaults_to_rank_0_s_host_name_and_port_50000_or_is_give
 
 @pytest.mark.parametrize("change, message", [
     ({"tp_size": 6}, ("tp_size=6 must be split evenly over its 2 nodes (the same number of GPUs on each: 3); nodes "
-                     "have [4, 4] GPUs")),
+                      "have [4, 4] GPUs")),
     ({"nodes": [GROUP["nodes"][0]]}, "nodes must list at least 2 nodes"),
     ({"nodes": [GROUP["nodes"][0], dict(GROUP["nodes"][1], gpus=[4, 5])]}, "nodes have [4, 2] GPUs"),
     ({"nodes": [GROUP["nodes"][0], dict(GROUP["nodes"][1], host="gpu-ct401")]},
