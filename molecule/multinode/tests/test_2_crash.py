@@ -1,5 +1,7 @@
-"""After test_1_converged.py: a rank-1 crash (one relaunch, run in ct200's turn; testinfra runs a file host by host)
-fails the group fast with its traceback, and no node keeps GPU memory."""
+"""After test_1_converged.py: a rank-1 crash (one relaunch without rollback, run in ct200's turn; testinfra runs a
+file host by host) fails the group fast with its traceback, and no node keeps GPU memory."""
+
+import json
 
 import pytest
 from conftest import run_playbook, servers_of, snapshot
@@ -15,7 +17,9 @@ def state(host):
 def test_a_rank_1_crash_fails_the_group_fast_with_its_traceback(inventory_hostname):
     if inventory_hostname != "ct200":
         pytest.skip("one relaunch covers both nodes")
-    result, _calls = run_playbook("relaunch.yml", "-e", "relaunch_state=restarted", "-e", "multinode_fault=oom_load")
+    # Without the rollback (tests/integration/test_multinode.py proves it), so the failed group stays down.
+    result, _calls = run_playbook("relaunch.yml", "-e", json.dumps({
+        "relaunch_state": "restarted", "multinode_fault": "oom_load", "relaunch_rollback": False}))
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-5000:]
     assert "tp8 crashed in loading_weights" in output, output[-8000:]
