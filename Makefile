@@ -1,6 +1,8 @@
 # gpuops.sglang - two commands on a fresh machine:
 #   make demo   relaunch the embedded default (a simulated 8-GPU host on this machine)
 #   make test   every test: lint, ansible-test sanity, unit + integration, molecule through real LXC
+# and the inner loop while changing code:
+#   make check  ruff, ansible-lint, unit, simulator and the integration tests that need no LXC
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 VENV := .venv
@@ -9,7 +11,8 @@ WORK := .work
 SIM_HOST := $(WORK)/simhost
 COLLECTION_COPY := build/ansible_collections/gpuops/sglang
 
-.PHONY: demo test venv lint sanity pytest molecule rig-setup bench build sim-host gpu-wheels clean
+.PHONY: demo test check venv lint sanity pytest pytest-parallel pytest-lxc test-lanes lane-checks \
+	molecule rig-setup bench build sim-host gpu-wheels clean
 .DEFAULT_GOAL := test
 
 venv: $(VENV)/.installed
@@ -46,10 +49,24 @@ sanity: venv
 # tests/rig and molecule/ need Debian packages (lxc, debootstrap, openssh-server, ...) and a cached base
 # container; only root can provide them, elsewhere those tests skip with the reason.
 rig-setup:
-	if [ "$$(id -u)" = 0 ]; then python3 tests/rig/rig.py setup; else echo "not root: LXC rig tests will skip"; fi
+	if [ "$$(id -u)" = 0 ]; then $(TIMED) rig-setup python3 tests/rig/rig.py setup; \
+	else echo "not root: LXC rig tests will skip"; fi
 
-pytest: venv rig-setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests
+# Two pytest tiers (tests/conftest.py marks them): the tests that need the LXC rig run one after another on one
+# shared rig (only one rig fits a machine); every other test runs in parallel workers (pytest-xdist).
+# PYTEST_ARGS adds pytest options to both (e.g. -x, -k NAME, -p random_order --random-order).
+PYTEST := PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest
+PYTEST_WORKERS ?= 3
+REPORT := $(WORK)/test-report
+TIMED := scripts/timed.sh $(REPORT)
+
+pytest: pytest-parallel pytest-lxc
+
+pytest-parallel: venv
+	$(TIMED) pytest-parallel $(PYTEST) -m "not lxc" -n $(PYTEST_WORKERS) --junitxml=$(REPORT)/parallel.xml $(PYTEST_ARGS) tests
+
+pytest-lxc: venv rig-setup
+	$(TIMED) pytest-lxc $(PYTEST) -m lxc -p no:xdist --junitxml=$(REPORT)/lxc.xml $(PYTEST_ARGS) tests
 
 # Only the molecule scenarios (default, faults, change) through real LXC and proxmox_pct_remote.
 molecule: venv rig-setup
@@ -68,7 +85,29 @@ bench: venv rig-setup
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/
 
-test: lint sanity pytest build
+# Three lanes side by side, each printed whole when it ends: lint + sanity + build, the parallel tests, the LXC tests
+# (pytest-lxc: rig setup beside the venv, then the tests). Then the slowest tests and the time per tier and step
+# (scripts/test_report.py; docs/testing.md: tiers, lanes, budget). `all` is the wall time of the lanes, venv included.
+test:
+	rm -rf $(REPORT)
+	mkdir -p $(REPORT)
+	status=0; $(TIMED) all $(MAKE) --no-print-directory -k -j3 --output-sync=recurse test-lanes || status=$$?; \
+	  $(BIN)/python scripts/test_report.py $(REPORT); exit $$status
+
+test-lanes: lane-checks pytest-parallel pytest-lxc
+
+lane-checks: venv
+	$(TIMED) lint $(MAKE) --no-print-directory lint
+	$(TIMED) sanity $(MAKE) --no-print-directory sanity
+	$(TIMED) build $(MAKE) --no-print-directory build
+
+# The inner loop: everything that needs neither LXC nor ansible-test, in parallel workers.
+check: venv
+	rm -rf $(REPORT)
+	mkdir -p $(REPORT)
+	$(TIMED) lint $(MAKE) --no-print-directory lint
+	status=0; $(MAKE) --no-print-directory pytest-parallel || status=$$?; \
+	  $(BIN)/python scripts/test_report.py $(REPORT); exit $$status
 
 # ansible-core and its dependencies as wheels for tests/gpu/run-on-device.sh on a GPU machine without network.
 gpu-wheels: venv

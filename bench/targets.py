@@ -120,7 +120,7 @@ class RigTarget:
         return host.removeprefix("ct")
 
     def rootfs(self, host):
-        return self.rig.LXC_PATH / self.vmid(host) / "rootfs"
+        return self.rig.container_root(self.vmid(host))
 
     def log_path(self, host, server):
         return str(self.rootfs(host) / self.LOG_DIR.lstrip("/") / f"{server}.log")

@@ -1,8 +1,9 @@
 """Every molecule scenario (molecule/<name>) end to end: `molecule test -s <name>`.
 
-Each run brings up the LXC rig (tests/rig: real containers reached through
-community.proxmox.proxmox_pct_remote), converges, verifies with testinfra and tears the rig down.
-The first run on a machine builds the rig's base container (about 75 s); later runs clone it.
+Each run adds its containers to the session's LXC rig (tests/rig/shared.py: real containers reached through
+community.proxmox.proxmox_pct_remote), converges, verifies with testinfra and removes its containers again
+(MOLECULE_RIG_SHARED: destroy takes down the scenario's containers, not the rig).
+The first run on a machine builds the rig's base container (about 75 s); later runs snapshot it.
 """
 
 import os
@@ -12,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "rig"))
-import rig  # tests/rig is not a package
+from tests.rig import rig
 
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SCENARIOS = sorted(path.parent.name for path in (REPO / "molecule").glob("*/molecule.yml"))
 # Scenarios that also run with sglang_launcher: systemd (molecule/shared group_vars read MOLECULE_SGLANG_LAUNCHER).
@@ -24,6 +24,8 @@ SYSTEMD_TOO = ("default", "change")
 RUNS = [(scenario, "detached") for scenario in SCENARIOS] + [(scenario, "systemd") for scenario in SYSTEMD_TOO]
 # Hang guard, not a speed check: a pct exec blocked by a background child never returns.
 SCENARIO_TIMEOUT = 1200
+# Every scenario's containers (molecule/shared/create.yml: MOLECULE_RIG_UP_ARGS, default --containers 200,201).
+SCENARIO_CONTAINERS = [200, 201]
 
 
 def skip_reason():
@@ -36,13 +38,13 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() 
 
 
 @pytest.mark.parametrize("scenario, launcher", RUNS, ids=[f"{scenario}-{launcher}" for scenario, launcher in RUNS])
-def test_scenario(scenario, launcher):
+def test_scenario(scenario, launcher, shared_rig):
     # molecule runs ansible-config and ansible-playbook from PATH.
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0",
-               MOLECULE_SGLANG_LAUNCHER=launcher)
+               MOLECULE_SGLANG_LAUNCHER=launcher, MOLECULE_RIG_PORT=str(shared_rig.port), MOLECULE_RIG_SHARED="1")
     env.pop("MOLECULE_KEEP_RIG", None)
     # Molecule keeps "created"/"prepared" in ~/.ansible/tmp per project path: a run cut short on this machine would
-    # make it skip the create of a rig that is gone. Every run starts from no state.
+    # make it skip the create of containers that are gone. Every run starts from no state.
     for owner in sorted({scenario, "default"}):
         subprocess.run([str(BIN / "molecule"), "reset", "-s", owner], cwd=REPO, env=env, capture_output=True,
                        timeout=120, check=False)
@@ -50,8 +52,9 @@ def test_scenario(scenario, launcher):
         result = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, check=False)
     finally:
-        # Whatever happened, leave no rig behind (destroy normally did it already).
-        rig.down()
+        # Whatever happened, leave none of the scenario's containers behind (destroy normally did it already).
+        shared_rig.remove(SCENARIO_CONTAINERS)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-20000:]
-    assert not rig.PCT_PATH.exists() and not rig.lxc_exists(200) and not rig.lxc_exists(201)
+    # destroy took the scenario's containers down and left the session's rig up for the next user.
+    assert rig.pct_is_ours() and not rig.lxc_exists(200) and not rig.lxc_exists(201)

@@ -11,7 +11,6 @@ the scaled-down picture of generations longer than a 30 s stop_timeout.
 import http.client
 import json
 import threading
-import time
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import RouterClient
@@ -70,6 +69,12 @@ class Load:
     def failures(self):
         return [what for ok, what in self.outcomes if not ok]
 
+    def settle(self, wait_until):
+        """Until as many more requests ended as there are clients: before a relaunch, the load is under way on every
+        server; after it, requests started after the relaunch have ended too."""
+        target = len(self.outcomes) + len(self.threads)
+        wait_until(lambda: len(self.outcomes) >= target, timeout=60, what=f"{len(self.threads)} more requests ending")
+
 
 class Capacity:
     """How many servers the router lists healthy, sampled every 0.2 s while a relaunch runs."""
@@ -121,14 +126,14 @@ def fleet(sim_host, start_router, wait_until):
     return (sim_host, *bring_up(sim_host, start_router, wait_until))
 
 
-def test_rolling_relaunch_behind_the_router_fails_no_request(fleet):
+def test_rolling_relaunch_behind_the_router_fails_no_request(fleet, wait_until):
     sim_host, router, client = fleet
     before = pids(sim_host)
     with Load(int(router.url.rsplit(":", 1)[1])) as load, Capacity(client) as capacity:
-        time.sleep(2)  # the load is under way on every server
+        load.settle(wait_until)
         result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url), json_output=False,
                               timeout=600)
-        time.sleep(1)
+        load.settle(wait_until)
     assert result.rc == 0, result.stdout[-6000:]
     failures = load.failures()
     print(f"behind the router: {len(load.outcomes)} requests, {len(failures)} failed; "
@@ -146,12 +151,12 @@ def test_rolling_relaunch_behind_the_router_fails_no_request(fleet):
     assert draining, "the drain is visible in the progress lines"
 
 
-def test_the_same_relaunch_without_the_router_integration_fails_requests(fleet):
+def test_the_same_relaunch_without_the_router_integration_fails_requests(fleet, wait_until):
     sim_host, router, _client = fleet
     with Load(int(router.url.rsplit(":", 1)[1])) as load:
-        time.sleep(2)
+        load.settle(wait_until)
         result = sim_host.run("relaunch", dict(SETTINGS, relaunch_drain_timeout=0), timeout=600)
-        time.sleep(1)
+        load.settle(wait_until)
     assert result.rc == 0
     failures = load.failures()
     print(f"without the router integration: {len(load.outcomes)} requests, {len(failures)} failed: "

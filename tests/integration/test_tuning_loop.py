@@ -5,11 +5,10 @@ import http.client
 import json
 import subprocess
 import threading
-import time
 
 import pytest
 
-from .conftest import PYTHON, SGLANG_SIM
+from .conftest import PYTHON, SGLANG_SIM, http_status
 
 
 def summary(result):
@@ -165,7 +164,15 @@ def _stream(port, max_new_tokens):
     connection.close()
 
 
-def test_status_names_the_binding_constraint_under_load(sim_host, hybrid_model):
+def _gauge(port, name):
+    """The value of gauge ``sglang:<name>`` on the server's /metrics (None when absent)."""
+    status, text = http_status(port, "/metrics")
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if status == 200 and line.startswith(f"sglang:{name}{{")]
+    return values[0] if values else None
+
+
+def test_status_names_the_binding_constraint_under_load(sim_host, hybrid_model, wait_until):
     settings = {"sglang_gpu_count": 1, "sglang_model_path": hybrid_model, "sglang_max_mamba_cache_size": 160,
                 "sglang_mamba_scheduler_strategy": "extra_buffer", "sglang_enable_metrics": True}
     assert sim_host.run("relaunch", settings).rc == 0
@@ -176,7 +183,9 @@ def test_status_names_the_binding_constraint_under_load(sim_host, hybrid_model):
     clients = [threading.Thread(target=_stream, args=(sim_host.port(0), 1200), daemon=True) for _client in range(40)]
     for client in clients:
         client.start()
-    time.sleep(2)  # past SGLang's decode log interval, which publishes the gauges
+    # SGLang publishes the gauges when it logs a decode batch: until then /metrics still shows the idle server.
+    wait_until(lambda: _gauge(sim_host.port(0), "num_queue_reqs") == 8, timeout=30,
+               what="the gauges showing 32 running and 8 waiting")
     busy = sim_host.run("status", settings)
     assert busy.rc == 0
     assert busy.task("Fleet status")[0]["msg"][-1] == (

@@ -3,7 +3,7 @@
 
 The rig provides what ``community.proxmox.proxmox_pct_remote`` talks to on a real node:
   - real LXC system containers named by numeric vmid (Debian bookworm, loopback-only network unless
-    ``--network``), cloned from a cached base container that survives ``down`` (``purge`` removes it);
+    ``--network``), overlay snapshots of a cached base container that survives ``down`` (``purge`` removes it);
   - with ``--network``, a bridge of its own (gpuopsrig0, no address on this machine) and a veth per container on
     a small private subnet (10.213.0.0/24), so containers reach each other and nothing else (multi-node groups);
   - an sshd of its own on 127.0.0.1:<port> (config, host key, client key and authorized_keys
@@ -17,7 +17,9 @@ CLI (root only; stdlib only so the system python3 can run it):
   rig.py up --containers 200,201 [--gpus 8] [--port 2222] [--network] [--workdir DIR]
   rig.py status [--json]
   rig.py inventory [--output PATH]
-  rig.py down [--keep]               --keep stops the containers but keeps them and the work dir
+  rig.py down [--keep] [--containers 200,201]
+                                     --keep stops the containers but keeps them and the work dir;
+                                     --containers takes only those down (the rig stays up for the others)
   rig.py purge                       down, then remove the base container and the rootfs cache
 
 Only one rig can be up per machine: /usr/sbin/pct is machine-wide.
@@ -320,8 +322,9 @@ def remove_bridge():
         run(["ip", "link", "delete", BRIDGE], check=False)
 
 
-def container_address(index):
-    return f"{SUBNET}.{10 + index}"
+def container_address(vmid):
+    """A container's address on the bridge, from its vmid alone: containers added to a running rig keep theirs."""
+    return f"{SUBNET}.{10 + vmid % 240}"
 
 
 def set_network(vmid, address):
@@ -341,13 +344,23 @@ def set_network(vmid, address):
     return True
 
 
+def clone(vmid):
+    """A copy-on-write snapshot of the base container (an overlay on its rootfs: instant, nothing copied); a full
+    copy of the rootfs (about 6 s) where this kernel or LXC cannot mount an overlay."""
+    snapshot = run(["lxc-copy", "-n", BASE_NAME, "-N", str(vmid), "-s", "-B", "overlay"], check=False)
+    if snapshot.returncode == 0:
+        return
+    log(f"no overlay snapshot of {BASE_NAME} ({snapshot.stderr.strip()[-200:]}): copying its rootfs for {vmid}")
+    run(["lxc-destroy", "-n", str(vmid)], check=False)
+    run(["lxc-copy", "-n", BASE_NAME, "-N", str(vmid)])
+
+
 def ensure_container(vmid, address=None):
     if lxc_exists(vmid):
         if not owned(vmid):
             raise RigError(f"container {vmid} exists and was not made by the rig; pick other --containers")
     else:
-        log(f"cloning container {vmid} from {BASE_NAME}")
-        run(["lxc-copy", "-n", BASE_NAME, "-N", str(vmid)])
+        clone(vmid)
         mark_owned(vmid)
     if set_network(vmid, address) and lxc_state(vmid) == "running":
         run(["lxc-stop", "-n", str(vmid)])
@@ -362,11 +375,20 @@ def ensure_container(vmid, address=None):
         time.sleep(0.2)
 
 
+def container_root(vmid):
+    """The running container's root as its own processes see it, from this machine (whatever its storage: an overlay
+    snapshot's files are not under /var/lib/lxc/<vmid>/rootfs on this side)."""
+    result = run(["lxc-info", "-n", str(vmid), "-p", "-H"], check=False)
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        raise RigError(f"container {vmid} is not running: {result.stdout.strip() or result.stderr.strip()}")
+    return Path(f"/proc/{result.stdout.strip()}/root")
+
+
 def install_simulator(vmid, gpus):
     """Copy tests/simulator into the CT (every `up`, so edits reach it) and (re)initialise fake GPUs."""
     if not (SIMULATOR_DIR / "fakegpu.py").is_file():
         raise RigError(f"{SIMULATOR_DIR}/fakegpu.py not found")
-    target = LXC_PATH / str(vmid) / "rootfs" / SIM_DIR_IN_CT.lstrip("/")
+    target = container_root(vmid) / SIM_DIR_IN_CT.lstrip("/")
     shutil.rmtree(target, ignore_errors=True)  # a mirror: files deleted from the repo go too
     shutil.copytree(SIMULATOR_DIR, target,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "test_*.py", "conftest.py"))
@@ -465,7 +487,7 @@ def up(containers, gpus=8, workdir=DEFAULT_WORKDIR, port=DEFAULT_PORT,
     }
     if network:
         ensure_bridge()
-        state["addresses"] = {str(vmid): container_address(index) for index, vmid in enumerate(state["containers"])}
+        state["addresses"] = {str(vmid): container_address(vmid) for vmid in state["containers"]}
     paths.state.write_text(json.dumps(state, indent=2) + "\n")
     for vmid in containers:
         ensure_container(vmid, (state.get("addresses") or {}).get(str(vmid)))
@@ -474,9 +496,18 @@ def up(containers, gpus=8, workdir=DEFAULT_WORKDIR, port=DEFAULT_PORT,
     return state
 
 
-def down(workdir=DEFAULT_WORKDIR, keep=False):
+def down(workdir=DEFAULT_WORKDIR, keep=False, containers=None):
+    """Take the rig down; with ``containers``, only those containers (the rig stays up for the others)."""
     paths = Paths(workdir)
     state = read_state(paths) or {"containers": []}
+    if containers is not None:
+        for vmid in containers:
+            destroy_container(vmid, keep)
+        if state.get("port") is not None:
+            state["containers"] = [vmid for vmid in state["containers"] if vmid not in containers]
+            paths.state.write_text(json.dumps(state, indent=2) + "\n")
+            write_inventory(paths, state)
+        return
     for vmid in state["containers"]:
         destroy_container(vmid, keep)
     remove_bridge()  # also one an earlier `up --network` left when a later `up` went without it
@@ -545,8 +576,9 @@ def main(argv=None):
             command.add_argument("--port", type=int, default=DEFAULT_PORT)
             command.add_argument("--network", action="store_true",
                                  help=f"the containers on a bridge of the rig's own ({SUBNET}.0/24)")
-    sub.add_parser("down").add_argument("--keep", action="store_true",
-                                        help="stop the containers but keep them and the work dir")
+    down_command = sub.add_parser("down")
+    down_command.add_argument("--keep", action="store_true", help="stop the containers but keep them and the work dir")
+    down_command.add_argument("--containers", help="only these vmids (comma-separated); the rig stays up")
     sub.add_parser("status").add_argument("--json", action="store_true")
     sub.add_parser("inventory").add_argument("--output", help="default: <workdir>/inventory.yml")
     sub.add_parser("purge")
@@ -563,7 +595,7 @@ def main(argv=None):
                            args.mirror, args.security_mirror, args.network))
         elif args.command == "down":
             require_root()
-            down(args.workdir, args.keep)
+            down(args.workdir, args.keep, parse_vmids(args.containers) if args.containers else None)
         elif args.command == "purge":
             require_root()
             purge(args.workdir)

@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from . import rig
-from .test_rig import COMMAND_TIMEOUT, REPO, free_port, pct, skip_reason, unused_vmid
+from .test_rig import COMMAND_TIMEOUT, REPO, pct, skip_reason
 
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 STATE_DIR = "/var/lib/gpuops-sglang"
@@ -26,13 +24,11 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() 
 
 
 @pytest.fixture(scope="module")
-def ct(tmp_path_factory):
-    workdir = tempfile.mkdtemp(prefix="gpuops-rig-test-", dir="/var/tmp")
-    vmid = unused_vmid()
-    try:
-        state = rig.up([vmid], gpus=4, workdir=workdir, port=free_port())
-        missing = unused_vmid()
-        hosts = tmp_path_factory.mktemp("inventory") / "hosts.yml"
+def ct(shared_rig, tmp_path_factory):
+    inventories = tmp_path_factory.mktemp("inventory")
+    with shared_rig.container(gpus=4, inventory=inventories / "rig.yml") as (vmid, state):
+        missing = shared_rig.unused_vmid()
+        hosts = inventories / "hosts.yml"
         hosts.write_text(yaml.safe_dump({"sglang_hosts": {
             "hosts": {f"ct{vmid}": None, "ctmissing": {"proxmox_vmid": missing}},
             "vars": {
@@ -50,12 +46,9 @@ def ct(tmp_path_factory):
         # ctmissing is reached like the CT, with a vmid no container has.
         rig_inventory = yaml.safe_load(Path(state["inventory"]).read_text())
         rig_inventory["all"]["children"]["rig"]["hosts"]["ctmissing"] = None
-        inventory = hosts.with_name("rig.yml")
-        inventory.write_text(yaml.safe_dump(rig_inventory))
-        yield {"vmid": vmid, "missing_vmid": missing, "workdir": workdir, "host": f"ct{vmid}", "inventories": [str(inventory), str(hosts)],
-               **state}
-    finally:
-        rig.down(workdir)
+        Path(state["inventory"]).write_text(yaml.safe_dump(rig_inventory))
+        yield {**state, "vmid": vmid, "missing_vmid": missing, "host": f"ct{vmid}",
+               "inventories": [state["inventory"], str(hosts)]}
 
 
 def playbook_argv(ct, host, *extra):

@@ -2,8 +2,8 @@
 
 The action plugins put the module on stdin of the container's python3 (plugins/plugin_utils/pipelining.py)
 where Ansible would make a temp dir, stream the module through `cat`, chmod, run and clean up: six
-`pct exec` calls. Brings up one 8-GPU container of the LXC rig in a private work dir and port, runs the
-playbooks users run (ansible-playbook, the installed pct stand-in counting every call), and tears it down.
+`pct exec` calls. Adds one 8-GPU container to the session's rig (tests/rig/shared.py), runs the playbooks users run
+(ansible-playbook, the installed pct stand-in counting every call), and removes it.
 """
 
 import hashlib
@@ -13,23 +13,13 @@ import re
 import secrets
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from ansible_collections.community.proxmox.plugins.connection import proxmox_pct_remote
 
-from . import rig
-from .test_rig import (
-    COMMAND_TIMEOUT,
-    REPO,
-    free_port,
-    pct,
-    pct_execs_during,
-    skip_reason,
-    unused_vmid,
-)
+from .test_rig import COMMAND_TIMEOUT, REPO, pct, pct_execs_during, skip_reason
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
@@ -99,20 +89,14 @@ RENDER_PLAYBOOK = """\
 
 
 @pytest.fixture(scope="module")
-def host():
-    """One 8-GPU container of a rig of its own, in the sglang_hosts group of an inventory of the settings above."""
-    workdir = tempfile.mkdtemp(prefix="gpuops-rig-pipelining-", dir="/var/tmp")
-    vmid = unused_vmid()
-    try:
-        state = rig.up([vmid], gpus=8, workdir=workdir, port=free_port())
-        inventory = Path(workdir) / "sglang"
-        (inventory / "group_vars").mkdir(parents=True)
+def host(shared_rig, tmp_path_factory):
+    """One 8-GPU container of the session's rig, in the sglang_hosts group of an inventory of the settings above."""
+    inventory = tmp_path_factory.mktemp("sglang")
+    with shared_rig.container(gpus=8, inventory=inventory / "rig.yml") as (vmid, state):
+        (inventory / "group_vars").mkdir()
         (inventory / "hosts.yml").write_text(json.dumps({"sglang_hosts": {"children": {"rig": {}}}}))
         (inventory / "group_vars" / "sglang_hosts.yml").write_text(json.dumps(HOST_VARS))
-        yield {**state, "vmid": vmid, "workdir": workdir, "name": f"ct{vmid}",
-               "inventories": ["-i", state["inventory"], "-i", str(inventory)]}
-    finally:
-        rig.down(workdir)
+        yield {**state, "vmid": vmid, "name": f"ct{vmid}", "inventories": ["-i", str(inventory)]}
 
 
 def run(host, argv, env=None):

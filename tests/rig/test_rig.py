@@ -1,16 +1,14 @@
 """The LXC rig end to end: real containers reached through community.proxmox.proxmox_pct_remote.
 
-Brings up one container in a private work dir and port, drives it with the real `ansible` CLI
-and the installed pct stand-in, and tears everything down (the cached base container stays).
-The first run on a machine builds the base container (about 75 s); later runs clone it.
+Adds one container to the session's rig (tests/rig/shared.py), drives it with the real `ansible` CLI
+and the installed pct stand-in, and removes it. The first run on a machine builds the base container
+(about 75 s); later runs take an overlay snapshot of it.
 """
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,26 +30,11 @@ def skip_reason():
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def unused_vmid():
-    return next(vmid for vmid in range(9900, 10000) if not rig.lxc_exists(vmid))
-
-
 @pytest.fixture(scope="module")
-def ct():
-    workdir = tempfile.mkdtemp(prefix="gpuops-rig-test-", dir="/var/tmp")
-    vmid = unused_vmid()
-    try:
-        state = rig.up([vmid], gpus=2, workdir=workdir, port=free_port())
-        yield {"vmid": vmid, "workdir": workdir, **state}
-    finally:
-        rig.down(workdir)
-    assert not rig.lxc_exists(vmid) and not rig.PCT_PATH.exists() and not os.path.exists(workdir)
+def ct(shared_rig, tmp_path_factory):
+    """A 2-GPU container of the session's rig, with an inventory of its own."""
+    with shared_rig.container(gpus=2, inventory=tmp_path_factory.mktemp("rig") / "inventory.yml") as (vmid, state):
+        yield {"vmid": vmid, **state}
 
 
 def ansible(ct, module, args=None):
