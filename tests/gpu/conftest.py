@@ -20,6 +20,8 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CUDA_HOLDER = os.path.join(os.path.dirname(__file__), "cuda_holder.py")
 ANSIBLE = shutil.which("ansible", path=os.path.dirname(sys.executable)) or shutil.which("ansible")
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
+# With the marker, what makes a process one of a deployment's servers (plugins/module_utils/procfs.py).
+DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 
 
 def _gpu_available():

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from .conftest import (
+    DEPLOYMENT_VAR,
     MARKER_VAR,
     REPO_ROOT,
     free_port,
@@ -116,9 +117,11 @@ def test_pcie_profile_reaches_every_rank_and_is_applied_by_nccl(
         worker["nccl"].get(name) == value for name, value in PCIE.items())]
     assert len(workers_with_tuning) >= TP + 1  # the main process and every rank
 
-    # A worker of this server started without the variables is flagged.
+    # A worker of this server started without the variables is flagged. It carries both ownership markers, as every
+    # process of the server does (a name alone, without the deployment, is a foreign process: not this server's).
     env = {key: value for key, value in os.environ.items() if not key.startswith("NCCL_")}
     env[MARKER_VAR] = "tp2"
+    env[DEPLOYMENT_VAR] = state_dir
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
     cleanup_pids.append(stray.pid)
     info = run_module("gpuops.sglang.server_info", {"servers": [{"name": "tp2"}], "state_dir": state_dir})
