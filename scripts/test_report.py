@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Where the time of a `make test` went: the slowest tests and the total per tier.
 
 Reads what `make test` leaves in its report directory (default .work/test-report):
@@ -7,7 +6,7 @@ Reads what `make test` leaves in its report directory (default .work/test-report
 and prints the 15 slowest tests, then per tier the number of tests and their summed duration, then the
 wall time of each step. Timings are reported here, never asserted by a test (docs/testing.md).
 
-    python3 scripts/test_report.py [REPORT_DIR] [--slowest N]
+    .venv/bin/python scripts/test_report.py [REPORT_DIR] [--slowest N]
 """
 
 import argparse

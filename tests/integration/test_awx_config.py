@@ -180,7 +180,10 @@ def test_awx_configure_passes_syntax_check_and_ansible_lint(awx_collection, tmp_
     syntax = subprocess.run([os.path.join(BIN_DIR, "ansible-playbook"), "--syntax-check", PLAYBOOK], cwd=REPO_ROOT,
                             env=env, capture_output=True, text=True, timeout=120, check=False)
     assert syntax.returncode == 0, syntax.stdout + syntax.stderr
-    lint = subprocess.run([os.path.join(BIN_DIR, "ansible-lint"), "-c", str(config), "--profile", "production", "--offline",
+    # One ansible-lint at a time prepares <repo>/.ansible: `make lint` may be running beside this test (Makefile).
+    os.makedirs(os.path.join(REPO_ROOT, ".work"), exist_ok=True)
+    lint = subprocess.run(["flock", os.path.join(REPO_ROOT, ".work", "ansible-lint.lock"),
+                           os.path.join(BIN_DIR, "ansible-lint"), "-c", str(config), "--profile", "production", "--offline",
                            PLAYBOOK, AWX_VARS, os.path.join(META, "awx", "inventory", "gpu.proxmox.yml"),
                            os.path.join(META, "execution-environment.yml")],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -51,10 +51,12 @@ def test_scenario(scenario, launcher, shared_rig):
     try:
         result = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, check=False)
+        left_behind = [vmid for vmid in SCENARIO_CONTAINERS if rig.lxc_exists(vmid)]
+        rig_up = rig.pct_is_ours()
     finally:
         # Whatever happened, leave none of the scenario's containers behind (destroy normally did it already).
         shared_rig.remove(SCENARIO_CONTAINERS)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-20000:]
     # destroy took the scenario's containers down and left the session's rig up for the next user.
-    assert rig.pct_is_ours() and not rig.lxc_exists(200) and not rig.lxc_exists(201)
+    assert left_behind == [] and rig_up

@@ -70,8 +70,9 @@ class Load:
         return [what for ok, what in self.outcomes if not ok]
 
     def settle(self, wait_until):
-        """Until as many more requests ended as there are clients: before a relaunch, the load is under way on every
-        server; after it, requests started after the relaunch have ended too."""
+        """Until as many more requests ended as there are clients: before a relaunch, every client has been through a
+        whole request (the load is under way on every server); after it, the requests in flight when it ended have
+        ended too, so a failure they meet is counted."""
         target = len(self.outcomes) + len(self.threads)
         wait_until(lambda: len(self.outcomes) >= target, timeout=60, what=f"{len(self.threads)} more requests ending")
 

@@ -485,9 +485,18 @@ def up(containers, gpus=8, workdir=DEFAULT_WORKDIR, port=DEFAULT_PORT,
         "call_log": str(paths.call_log),
         "inventory": str(paths.inventory),
     }
+    # Addresses of the containers on the bridge: those of this call with --network, and earlier ones still on it.
+    addresses = {vmid: address for vmid, address in ((previous or {}).get("addresses") or {}).items()
+                 if int(vmid) in state["containers"] and int(vmid) not in containers}
     if network:
         ensure_bridge()
-        state["addresses"] = {str(vmid): container_address(vmid) for vmid in state["containers"]}
+        addresses.update({str(vmid): container_address(vmid) for vmid in containers})
+        shared = sorted({address for address in addresses.values() if list(addresses.values()).count(address) > 1})
+        if shared:
+            raise RigError(f"containers {sorted(addresses)} would share {shared} on the bridge "
+                           "(the address is 10 + vmid % 240): pick vmids that differ by other than 240")
+    if addresses:
+        state["addresses"] = addresses
     paths.state.write_text(json.dumps(state, indent=2) + "\n")
     for vmid in containers:
         ensure_container(vmid, (state.get("addresses") or {}).get(str(vmid)))
@@ -505,20 +514,31 @@ def down(workdir=DEFAULT_WORKDIR, keep=False, containers=None):
             destroy_container(vmid, keep)
         if state.get("port") is not None:
             state["containers"] = [vmid for vmid in state["containers"] if vmid not in containers]
+            if "addresses" in state:
+                state["addresses"] = {vmid: address for vmid, address in state["addresses"].items()
+                                      if int(vmid) not in containers}
             paths.state.write_text(json.dumps(state, indent=2) + "\n")
             write_inventory(paths, state)
         return
-    for vmid in state["containers"]:
-        destroy_container(vmid, keep)
-    remove_bridge()  # also one an earlier `up --network` left when a later `up` went without it
-    stop_sshd(paths)
-    remove_pct()
-    if not keep:
-        shutil.rmtree(paths.workdir, ignore_errors=True)
+    try:
+        for vmid in state["containers"]:
+            destroy_container(vmid, keep)
+    finally:
+        # Whatever a container did: a pct stand-in left behind would make every later rig test skip.
+        remove_bridge()  # also one an earlier `up --network` left when a later `up` went without it
+        stop_sshd(paths)
+        remove_pct()
+        if not keep:
+            shutil.rmtree(paths.workdir, ignore_errors=True)
 
 
 def purge(workdir=DEFAULT_WORKDIR):
     down(workdir)
+    # LXC keeps the base while snapshots of it exist: any the rig made (another work dir's, a bench's) go first.
+    for config in sorted(LXC_PATH.glob("*/config")) if LXC_PATH.is_dir() else []:
+        name = config.parent.name
+        if name != BASE_NAME and owned(name):
+            destroy_container(name, keep=False)
     if lxc_exists(BASE_NAME) and owned(BASE_NAME):
         facts = json.loads((LXC_PATH / BASE_NAME / OWNER_MARKER).read_text() or "{}")
         run(["lxc-destroy", "-n", BASE_NAME])
