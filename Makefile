@@ -62,16 +62,13 @@ rig-setup:
 # -p random_order --random-order); a -k that selects nothing in one of them fails it (pytest's exit 5).
 PYTEST := env PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest
 PYTEST_WORKERS ?= 3
-# The lanes that only need throughput (parallel tests, lint, sanity) yield the CPU to the LXC lane, whose tests run
-# one after another and wait on each other: on 2 cores it is the longest lane when it has to share.
-THROUGHPUT_NICE ?= 10
 REPORT := $(WORK)/test-report
 TIMED := scripts/timed.sh $(REPORT)
 
 pytest: pytest-parallel pytest-lxc
 
 pytest-parallel: venv
-	$(TIMED) pytest-parallel nice -n $(THROUGHPUT_NICE) $(PYTEST) -m "not lxc" -n $(PYTEST_WORKERS) --dist loadfile --junitxml=$(REPORT)/parallel.xml $(PYTEST_ARGS) tests
+	$(TIMED) pytest-parallel $(PYTEST) -m "not lxc" -n $(PYTEST_WORKERS) --dist loadfile --junitxml=$(REPORT)/parallel.xml $(PYTEST_ARGS) tests
 
 pytest-lxc: venv rig-setup
 	$(TIMED) pytest-lxc $(PYTEST) -m lxc -p no:xdist --junitxml=$(REPORT)/lxc.xml $(PYTEST_ARGS) tests
@@ -107,8 +104,8 @@ test:
 test-lanes: lane-checks pytest-parallel pytest-lxc
 
 lane-checks: venv
-	$(TIMED) lint nice -n $(THROUGHPUT_NICE) $(MAKE) --no-print-directory lint
-	$(TIMED) sanity nice -n $(THROUGHPUT_NICE) $(MAKE) --no-print-directory sanity
+	$(TIMED) lint $(MAKE) --no-print-directory lint
+	$(TIMED) sanity $(MAKE) --no-print-directory sanity
 	$(TIMED) build $(MAKE) --no-print-directory build
 
 # The inner loop: everything that needs neither LXC nor ansible-test, in parallel workers.
