@@ -2,7 +2,7 @@
 
 Reads what `make test` leaves in its report directory (default .work/test-report):
   <step>.xml   pytest's junit report of a pytest step (every test with its duration)
-  <step>.time  "<seconds> <exit status>" of every step, written by scripts/timed
+  <step>.time  "<seconds> <exit status>" of every step, written by scripts/timed.sh
 and prints the 15 slowest tests, then per tier the number of tests and their summed duration, then the
 wall time of each step. Timings are reported here, never asserted by a test (docs/testing.md).
 
