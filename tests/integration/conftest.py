@@ -14,10 +14,8 @@ other tests or other users of this machine are never touched.
 import http.client
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +24,8 @@ import uuid
 
 import pytest
 import yaml
+
+from ..ports import free_port, free_port_block
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SIMULATOR_DIR = os.path.join(REPO_ROOT, "tests", "simulator")
@@ -118,13 +118,6 @@ def wait_until():
                 pytest.fail(f"timed out after {timeout} s waiting for {what}")
             time.sleep(0.1)
     return wait
-
-
-def free_port():
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class FakeGpuHost:
@@ -338,20 +331,6 @@ CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.debug", "ansi
                       "ansible.builtin.validate_argument_spec"}
 
 
-def free_port_block(count):
-    """``count`` consecutive TCP ports nothing listens on right now."""
-    for _attempt in range(50):
-        base = random.randrange(20000, 60000 - count)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    pytest.fail(f"no block of {count} free ports found")
-
-
 class PlaybookResult:
     """One ansible-playbook run; ``host`` is the host whose results stats, tasks and task read."""
 
@@ -366,6 +345,17 @@ class PlaybookResult:
             if start < 0:
                 pytest.fail(f"ansible-playbook printed no JSON (rc={self.rc}):\n{self.stdout}\n{self.stderr}")
             self.report = json.loads(self.stdout[start:])
+
+    def __repr__(self):
+        """What pytest prints for ``assert result.rc == 0``: why the run failed, not an object address."""
+        if self.report is None:
+            failed = [self.stdout[-3000:]]
+        else:
+            failed = [f"{name}: {result.get('msg')}" for play in self.report["plays"] for task in play["tasks"]
+                      for name in [task["task"]["name"]] for result in task["hosts"].values()
+                      if result.get("failed") and not result.get("ignore_errors")]
+        return "\n".join([f"<ansible-playbook rc={self.rc}; failed tasks:", *failed,
+                          f"stderr: {self.stderr[-2000:]}>"])
 
     @property
     def stats(self):

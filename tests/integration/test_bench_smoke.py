@@ -3,33 +3,12 @@ local simulated host, into a temp dir. It checks only that `python -m bench` pro
 are well-formed; what the numbers are is the benchmark's business (`make bench`), not a test's."""
 
 import json
-import socket
 import subprocess
 import sys
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, free_port_block
 
 CONTENDERS = {"ours", "seed_sleep", "uri_until", "by_hand_loop"}
-
-
-def free_ports(count):
-    """The first of ``count`` consecutive ports nothing listens on."""
-    for _attempt in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count < 65536 and all(_free(port) for port in range(first, first + count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports found")
-
-
-def _free(port):
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_one_tiny_scenario_writes_table_json_and_plot(tmp_path):
@@ -37,7 +16,7 @@ def test_one_tiny_scenario_writes_table_json_and_plot(tmp_path):
     bench = subprocess.run(
         [sys.executable, "-m", "bench", "--target", "local", "--scenario", "healthy", "--servers", "2", "--reps", "1",
          "--time-scale", "0.2", "--out", str(out), "--workdir", str(tmp_path / "work"),
-         "--base-port", str(free_ports(2))],
+         "--base-port", str(free_port_block(2))],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
 

@@ -138,8 +138,10 @@ def fill(directory):
 
 def test_a_server_that_crashes_after_ready_is_reported_crashed_at_the_end_of_the_wait(
         ansible, host_args, make_server):
-    flaky = make_server("flaky", [0], fault="crash_after_ready", env={"SGLANG_SIM_FAULT_DELAY": "2"})
-    slow = make_server("slow", [1], time_scale=0.5)
+    # Seconds apart, so that a loaded machine keeps the order: the wait is under way before flaky is ready (3-5 s),
+    # sees it ready for 5 s, then crashed; slow is ready long after (18-30 s).
+    flaky = make_server("flaky", [0], fault="crash_after_ready", time_scale=1, env={"SGLANG_SIM_FAULT_DELAY": "5"})
+    slow = make_server("slow", [1], time_scale=6)
     tasks = [
         {"name": "launch", SERVER: dict(host_args, servers=[flaky, slow], state="restarted")},
         {"name": "wait", "ignore_errors": True, WAIT: {

@@ -75,9 +75,10 @@ def test_drift_nccl_environment_per_worker_and_metrics(ansible, host_args, make_
 
 def test_crash_after_ready_is_reported_crashed_and_its_log_parses_offline(
         ansible, host_args, make_server, wait_until):
-    server = make_server("flaky", [0], fault="crash_after_ready", env={"SGLANG_SIM_FAULT_DELAY": "3"})
+    # Ready in 3-5 s and crashed 5 s later: the wait is under way before, even on a loaded machine.
+    server = make_server("flaky", [0], fault="crash_after_ready", time_scale=1, env={"SGLANG_SIM_FAULT_DELAY": "5"})
     launch_and_wait(ansible, host_args, [server])
-    wait_until(lambda: not ServerProcesses(host_args["state_dir"]).of_server("flaky")[0], timeout=15,
+    wait_until(lambda: not ServerProcesses(host_args["state_dir"]).of_server("flaky")[0], timeout=30,
                what="the server to crash after ready")
 
     described = ansible.module("gpuops.sglang.server_info", {"servers": [{"name": "flaky"}],

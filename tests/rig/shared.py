@@ -11,18 +11,12 @@ Used through the ``shared_rig`` fixture of tests/conftest.py.
 
 import contextlib
 import os
-import socket
 
+from ..ports import free_port
 from . import rig
 
 # Containers of tests/rig come from this range (molecule scenarios use 200 and up).
 TEST_VMIDS = range(9900, 10000)
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class SharedRig:

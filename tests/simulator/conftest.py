@@ -5,13 +5,14 @@ import http.client
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 
 import pytest
+
+from ..ports import free_port
 
 SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, SIM_DIR)
@@ -173,17 +174,6 @@ def draft_model_dir(tmp_path):
     return path
 
 
-def get_free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def free_port():
-    return get_free_port()
-
-
 @pytest.fixture
 def launch(tmp_path, gpu_dir, model_dir):
     """launch(*flags, env=None, log_format="classic", time_scale=0.05, model=None) -> SimServer.
@@ -192,7 +182,7 @@ def launch(tmp_path, gpu_dir, model_dir):
     started = []
 
     def start(*flags, env=None, log_format="classic", time_scale=0.05, model=None):
-        port = get_free_port()
+        port = free_port()
         marker = f"simtest-{uuid.uuid4().hex[:12]}"
         log_path = str(tmp_path / f"{marker}.log")
         # SPT_NOENV=1 as in a launch script: otherwise setproctitle wipes the children's /proc/<pid>/environ

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from .conftest import SIM_SCRIPT, alive, fakegpu, get_free_port, read_cmdline, wait_for
+from .conftest import SIM_SCRIPT, alive, fakegpu, free_port, read_cmdline, wait_for
 from .test_sglang_sim import SIGQUIT_LINE, TS, assert_in_order, device_links, titles
 
 GROUP_TIMEOUT = 60  # seconds a two-node startup may take on a loaded machine
@@ -42,7 +42,7 @@ def node(launch, node_gpu_dirs):
         server.gpu_dir = node_gpu_dirs[rank]
         return server
 
-    start.dist_port = get_free_port()
+    start.dist_port = free_port()
     return start
 
 
