@@ -42,10 +42,11 @@ def servers_of(processes):
     return by_server
 
 
-def converge_pct_calls():
-    """The pct calls of the first converge, per vmid: {"calls": n, "module_runs": Counter(module)}."""
-    bracket = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
-    return pct_calls(PCT_CALL_LOG.read_text().splitlines()[bracket["first"]:bracket["end"]])
+def converge_pct_calls(run=0):
+    """The pct calls of a run of molecule/shared/converge.yml (0: the converge, 1: the idempotence run), per vmid:
+    {"calls": n, "module_runs": Counter(module)}."""
+    ranges = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
+    return pct_calls(PCT_CALL_LOG.read_text().splitlines()[ranges[run]["first"]:ranges[run]["end"]])
 
 
 def run_playbook(name, *args):
@@ -83,6 +84,18 @@ def assert_gpu_memory_is_ours(state, servers):
         accounted = sum(alloc["mib"] for alloc in state["allocations"] if alloc["gpu"] == int(gpu))
         assert used == accounted, f"GPU {gpu}: {used} MiB used, {accounted} MiB accounted to processes"
         assert (used > 0) == (int(gpu) in owner_of_gpu), f"GPU {gpu}: {used} MiB used"
+
+
+def assert_launched_by_the_hosts_launcher(state, host):
+    """Under sglang_launcher: systemd (a host var of the scenario's inventory) every process of a server runs in its
+    server's unit, gpuops-sglang-...<name>.service; detached (the default), in no unit of ours."""
+    systemd = host.ansible.get_variables().get("sglang_launcher") == "systemd"
+    for process in state["processes"]:
+        unit = re.search(r"/(gpuops-sglang-\S*)\.service$", process["cgroup"])
+        if systemd:
+            assert unit and unit.group(1).endswith(process["server"]), process
+        else:
+            assert unit is None, process
 
 
 @pytest.fixture(scope="module")

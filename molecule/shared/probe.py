@@ -62,6 +62,7 @@ def processes(device_dir):
             "cmdline": (read(f"/proc/{name}/cmdline", "rb") or b"").replace(b"\0", b" ").decode().strip(),
             "nccl": {key: value for key, value in env.items() if key.startswith("NCCL_")},
             "gpus": gpus,
+            "cgroup": (read(f"/proc/{name}/cgroup") or "").strip(),
         })
     return found
 

@@ -129,11 +129,14 @@ def sim_env(sim_host, **extra):
 def test_awx_job_streams_progress_beats_idle_timeout_and_never_shows_the_api_key(sim_host, tmp_path):
     # Slower servers than the other tests: the wait lasts several times the idle_timeout, with no task event
     # in between; only the progress lines keep the job alive. (At 1.4 the wait once took only 5.8 s on CI: part
-    # of the startup now passes during the server task, which follows its worker in slices.)
-    idle_timeout = 3
+    # of the startup now passes during the server task, which follows its worker in slices.) An idle_timeout of 3 s
+    # once ended the job on a loaded 2-core machine between two of the server task's lines: 10 s leaves room for a
+    # starved controller, and startups of 36-60 s keep the wait several times longer.
+    idle_timeout = 10
     answers = {"relaunch_state": "restarted", "sglang_gpu_count": 2, "relaunch_batch_size": 0,
-               "relaunch_wait_timeout": 120, "relaunch_lock_timeout": 60, "relaunch_progress_interval": 0.5,
-               "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="3")}
+               "relaunch_wait_timeout": 180, "relaunch_stall_timeout": 120, "relaunch_lock_timeout": 60,
+               "relaunch_progress_interval": 0.5,
+               "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="12")}
     job = AwxJob(sim_host, tmp_path, 4101, "playbooks/relaunch.yml", answers, idle_timeout=idle_timeout).run()
     assert job.status == "successful", job.tail()
 

@@ -2,7 +2,9 @@
 
 Each run adds its containers to the session's LXC rig (tests/rig/shared.py: real containers reached through
 community.proxmox.proxmox_pct_remote), converges, verifies with testinfra and removes its containers again
-(MOLECULE_RIG_SHARED: destroy takes down the scenario's containers, not the rig).
+(MOLECULE_RIG_SHARED: destroy takes down the scenario's containers, not the rig). Where a scenario also covers
+the systemd launcher, it does so with more hosts in the same converge (default: ct202 and ct203; change: ct201),
+not with a second run.
 The first run on a machine builds the rig's base container (about 75 s); later runs snapshot it.
 """
 
@@ -18,14 +20,10 @@ from tests.rig import rig
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SCENARIOS = sorted(path.parent.name for path in (REPO / "molecule").glob("*/molecule.yml"))
-# Scenarios that also run with sglang_launcher: systemd (molecule/shared group_vars read MOLECULE_SGLANG_LAUNCHER).
-# faults stays detached: its orphaned scheduler cannot exist under systemd, which molecule/systemd proves.
-SYSTEMD_TOO = ("default", "change")
-RUNS = [(scenario, "detached") for scenario in SCENARIOS] + [(scenario, "systemd") for scenario in SYSTEMD_TOO]
 # Hang guard, not a speed check: a pct exec blocked by a background child never returns.
 SCENARIO_TIMEOUT = 1200
-# Every scenario's containers (molecule/shared/create.yml: MOLECULE_RIG_UP_ARGS, default --containers 200,201).
-SCENARIO_CONTAINERS = [200, 201]
+# Every scenario's containers at the most (MOLECULE_RIG_UP_ARGS of molecule/default and molecule/multinode).
+SCENARIO_CONTAINERS = [200, 201, 202, 203]
 
 
 def skip_reason():
@@ -37,11 +35,11 @@ def skip_reason():
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 
-@pytest.mark.parametrize("scenario, launcher", RUNS, ids=[f"{scenario}-{launcher}" for scenario, launcher in RUNS])
-def test_scenario(scenario, launcher, shared_rig):
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario(scenario, shared_rig):
     # molecule runs ansible-config and ansible-playbook from PATH.
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0",
-               MOLECULE_SGLANG_LAUNCHER=launcher, MOLECULE_RIG_PORT=str(shared_rig.port), MOLECULE_RIG_SHARED="1")
+               MOLECULE_RIG_PORT=str(shared_rig.port), MOLECULE_RIG_SHARED="1")
     env.pop("MOLECULE_KEEP_RIG", None)
     # Molecule keeps "created"/"prepared" in ~/.ansible/tmp per project path: a run cut short on this machine would
     # make it skip the create of containers that are gone. Every run starts from no state.
