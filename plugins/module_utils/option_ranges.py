@@ -82,6 +82,26 @@ def range_problem(name, value, option_range):
     return None
 
 
+# What a boolean role variable may hold: ``-e name=false`` hands over the string "false", which is truthy as it is.
+BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def boolean_problem(name, value):
+    """The message for a value that is no boolean (true/false, yes/no, 1/0, also as strings), or None."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return None
+    if isinstance(value, str) and value.strip().lower() in BOOLEAN_WORDS:
+        return None
+    return f"{name} must be true or false (also yes/no, 1/0), got {value!r}"
+
+
+def as_boolean(value):
+    """A value that passed boolean_problem as the bool it means."""
+    if isinstance(value, str):
+        return BOOLEAN_WORDS[value.strip().lower()]
+    return bool(value)
+
+
 def range_problems(values, ranges):
     """Messages for every ``values[name]`` outside ``ranges[name]`` (names missing from ``values`` are skipped)."""
     problems = []

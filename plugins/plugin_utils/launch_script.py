@@ -11,7 +11,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    as_boolean,
+    boolean_problem,
+    kind,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
     DEPLOYMENT_VAR,
     MARKER_VAR,
@@ -258,7 +262,10 @@ def launch_argv(server, settings):
     for key, flag in _SIMPLE_FLAGS:
         if merged.get(key) not in (None, ""):
             argv += [flag, _text(merged[key])]
-    if merged.get("enable_metrics"):
+    metrics = merged.get("enable_metrics")
+    if metrics is not None and boolean_problem("enable_metrics", metrics):
+        raise LaunchScriptError(boolean_problem("enable_metrics", metrics))
+    if metrics is not None and as_boolean(metrics):
         argv.append("--enable-metrics")
     problem = api_key_problem(merged.get("api_key"))
     if problem:

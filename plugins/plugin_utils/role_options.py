@@ -15,6 +15,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
     ROUTES,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    boolean_problem,
     count,
     fraction,
     kind,
@@ -65,6 +66,10 @@ ROLE_OPTION_RANGES = {
     "relaunch_canary": count(0, 4096),
     "relaunch_canary_max_drop_percent": percent(),
 }
+
+# The roles read them with `| bool`; anything but true/false, yes/no, 1/0 is refused (a typo is no silent "true").
+BOOLEAN_OPTIONS = ("sglang_enable_metrics", "relaunch_halt_on_failure", "relaunch_force_kill_gpu_holders",
+                   "relaunch_kill_stalled", "relaunch_rollback")
 
 # Numeric keys of sglang_speculative (and of a server's speculative override).
 SPECULATIVE_RANGES = {
@@ -127,7 +132,8 @@ def probe_problems(probe):
 
 def override_problems(server, label):
     """Range problems of the settings a sglang_servers entry overrides, prefixed with ``label``."""
-    problems = []
+    problems = [f"{label}: {problem}" for key, value in server.items() if f"sglang_{key}" in BOOLEAN_OPTIONS
+                for problem in [boolean_problem(key, value)] if problem]
     for key, value in server.items():
         option_range = ROLE_OPTION_RANGES.get(f"sglang_{key}")
         # Port and parallelism of an entry are the topology's to check (against its GPUs).
@@ -148,6 +154,8 @@ def option_problems(values):
             problem = value_problem(name, values[name], option_range)
             if problem:
                 problems.append(problem)
+    problems += [problem for name in BOOLEAN_OPTIONS if values.get(name) is not None
+                 for problem in [boolean_problem(name, values[name])] if problem]
     for name, (expected_type, shape) in COLLECTION_TYPES.items():
         value = values.get(name)
         if value is not None and not isinstance(value, expected_type):

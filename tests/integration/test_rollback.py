@@ -119,3 +119,32 @@ def test_a_canary_whose_throughput_regresses_is_rolled_back_before_the_others_ar
     assert message.endswith(": ready again")
     assert state(sim_host, "gpu1")["pid"] == pids["gpu1"], "the other server was not touched"
     assert "--max-running-requests" not in sim_host.script("gpu0").read_text(), "the canary is back on its old script"
+
+
+def test_booleans_given_as_strings_mean_what_they_say(sim_host):
+    # `-e name=false` hands the roles the string "false": a run without rollback must not roll back, and the
+    # summary must still come (it once failed with "no longer holds the host" and skipped the summary).
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 1}).rc == 0
+    bad = {"sglang_gpu_count": 1, "sglang_extra_args": {"no_such_flag": True}}
+    strings = ["-e", "relaunch_rollback=false", "-e", "sglang_enable_metrics=no", "-e", "relaunch_halt_on_failure=0"]
+    failed = sim_host.run("relaunch", bad, args=strings)
+    assert failed.rc != 0
+    [message] = failures(failed)
+    assert message.startswith("gpu0 crashed") and "rolled back" not in message, message
+    assert "rolled back" not in summary(failed)
+    assert "--enable-metrics" not in sim_host.script("gpu0").read_text()
+    rollback = failed.task("Roll back")
+    assert rollback and all(task.get("skipped") for task in rollback), "no rollback ran"
+
+
+def test_a_boolean_that_is_no_boolean_is_refused_before_anything_is_touched(sim_host):
+    # The role's argument spec names a top-level typo; a server's own setting is checked with its topology.
+    typo = sim_host.run("relaunch", {"sglang_gpu_count": 1}, args=["-e", "relaunch_rollback=flase"])
+    assert typo.rc != 0 and "argument 'relaunch_rollback'" in repr(typo) and "'flase' is not a valid boolean" in repr(
+        typo)
+    servers = [{"name": "gpu0", "port": sim_host.port(0), "gpus": [0], "enable_metrics": "flase"}]
+    result = sim_host.run("relaunch", {"sglang_servers": servers})
+    assert result.rc != 0
+    [check] = result.task("Expand and validate the server topology")
+    assert "server 'gpu0': enable_metrics must be true or false (also yes/no, 1/0), got 'flase'" in check["msg"]
+    assert not sim_host.script("gpu0").exists(), "nothing was touched"

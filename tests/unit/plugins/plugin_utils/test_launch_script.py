@@ -32,6 +32,14 @@ def test_default_command_and_core_flags():
         "--port", "30003", "--tp-size", "1", "--enable-metrics"]
 
 
+@pytest.mark.parametrize("value, flagged", [(True, True), ("true", True), ("yes", True), (1, True), ("1", True),
+                                            (False, False), ("false", False), ("no", False), ("0", False),
+                                            (0, False)])
+def test_enable_metrics_given_as_a_string_means_what_it_says(value, flagged):
+    # -e sglang_enable_metrics=false hands over the string "false".
+    assert ("--enable-metrics" in launch_argv(SERVER, dict(SETTINGS, enable_metrics=value))) == flagged
+
+
 def test_tp8_eagle3_with_every_structured_flag():
     server = {"name": "gpu0-7", "port": 30000, "gpus": list(range(8)), "tp_size": 8, "dp_size": 1}
     settings = dict(SETTINGS, command="sglang serve", served_model_name="llama", mem_fraction_static=0.85,
@@ -78,6 +86,7 @@ def test_server_entries_override_host_settings_and_merge_extra_args():
     (dict(SETTINGS, speculative={"algorithm": "NGRAM", "steps": 3}), "unknown speculative settings steps"),
     (dict(SETTINGS, model_path=None), "model_path is required"),
     (dict(SETTINGS, version="latest"), "sglang_version 'latest' is not a version"),
+    (dict(SETTINGS, enable_metrics="flase"), "enable_metrics must be true or false"),
 ])
 def test_bad_settings_are_named(settings, expected):
     with pytest.raises(LaunchScriptError, match=expected):

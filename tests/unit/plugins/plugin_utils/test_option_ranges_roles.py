@@ -13,6 +13,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
     describe,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
+    BOOLEAN_OPTIONS,
     ROLE_OPTION_RANGES,
     SPECULATIVE_RANGES,
     option_problems,
@@ -193,3 +194,21 @@ def test_each_action_group_holds_exactly_the_modules_that_take_the_options_set_t
             assert sorted(members) == sorted(name for name, taken in options.items() if wanted <= taken), key
         else:
             assert wanted <= options[key.removeprefix("gpuops.sglang.")], key
+
+
+def test_every_boolean_role_variable_is_checked_as_one():
+    # The roles read these with `| bool`; a new boolean option joins BOOLEAN_OPTIONS or this fails.
+    booleans = {name for _role, _entry, name, option in _argument_specs()
+                if option.get("type") == "bool" and re.match(r"(sglang|relaunch)_", name)}
+    assert booleans == set(BOOLEAN_OPTIONS)
+
+
+@pytest.mark.parametrize("value", [True, False, "true", "False", "yes", "no", "1", "0", 1, 0])
+def test_booleans_accept_what_bool_means(value):
+    assert option_problems({"relaunch_rollback": value}) == []
+
+
+@pytest.mark.parametrize("value", ["flase", "on", "", 2, [True], {"x": 1}])
+def test_anything_else_is_no_boolean(value):
+    assert option_problems({"relaunch_rollback": value}) == [
+        f"relaunch_rollback must be true or false (also yes/no, 1/0), got {value!r}"]
