@@ -9,6 +9,7 @@ their variables against the same tables (plugin_utils may import this file, it i
 
 import collections
 import math
+import re
 
 # ``off``: a value (0) that disables the option, allowed besides low..high.
 # ``exclusive``: low and high themselves are refused (a memory fraction of 0 or 1 makes no sense).
@@ -80,6 +81,18 @@ def range_problem(name, value, option_range):
     if not inside:
         return f"{name}={_number(value)} is out of range: use {describe(option_range)}"
     return None
+
+
+# A URL path as the HTTP options take it: a leading slash, then path characters only (no space, query or fragment).
+_URL_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
+
+
+def url_path_problem(name, value):
+    """The message for a path option (a health path) that is no URL path, or None."""
+    if isinstance(value, str) and _URL_PATH.fullmatch(value):
+        return None
+    return (f"{name} must be a URL path starting with '/' (e.g. /health_generate), without spaces, '?' or '#'; "
+            f"got {value!r}")
 
 
 # What a boolean role variable may hold: ``-e name=false`` hands over the string "false", which is truthy as it is.

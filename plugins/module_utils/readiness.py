@@ -351,7 +351,9 @@ class ServerTracker:
         elif state.names_phase_reached:
             report["phase"], report["component"] = self.log.phase_reached()
         if status == "stalled" and self._options["kill_stalled"]:
-            report["killed_pids"], report["not_killed"] = self._kill_stalled()
+            # A server this run did not change is reported, never killed: its silence is no fault of the run.
+            report["killed_pids"], report["not_killed"] = (
+                ([], "this run left it unchanged") if self.action == "unchanged" else self._kill_stalled())
         report["msg"] = self.explain(report, now, **details, **context)
         self.result = report
         return report
@@ -416,6 +418,8 @@ def wait_slice(params, carry=None, check_mode=False):
     """
     problems = option_ranges.range_problems(params, WAIT_RANGES) + draining.router_problems(
         params.get("router_url"), params["host"], params.get("router_worker_host"))
+    problems += [problem for problem in [option_ranges.url_path_problem("health_path", params["health_path"])]
+                 if problem]
     if problems:
         raise ValueError("invalid request: " + "; ".join(problems))
     if params.get("run_id") and not check_mode:

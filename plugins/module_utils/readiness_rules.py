@@ -114,6 +114,15 @@ def crashed_in_log(observation):
     return None
 
 
+def health_path_missing(observation):
+    """Its own port answers 404 on the health path: no such endpoint (a typo in the path), never a stall to kill."""
+    answer = observation.answer
+    if (not observation.placeholder_health and answer is not None and answer["status"] == 404
+            and observation.main_alive is not False):
+        return Verdict("misconfigured")
+    return None
+
+
 def stall_suspected_since(observation):
     """When the log's silence reached stall_timeout; None while it has not (and when off, and in a snapshot)."""
     if observation.snapshot or not observation.stall_timeout or observation.last_activity is None:
@@ -175,11 +184,12 @@ def dead(observation):
 
 # The wait, every look until the server is decided: a replaced server is another run's (nothing of it is judged),
 # a ready answer beats a silent log, a crash beats the deadline.
-WAIT_RULES = (replaced, answered_ready, rank_ready, process_gone, crashed_in_log, stalled, timed_out)
+WAIT_RULES = (replaced, answered_ready, rank_ready, process_gone, crashed_in_log, health_path_missing, stalled,
+              timed_out)
 # The wait, once more at its end for every server decided ready: still this run's, still running, still listening.
 STILL_READY_RULES = (replaced, process_gone, stopped_answering)
 # server_info, one snapshot; no verdict means "starting" (alive, not answering 200, no crash in its log).
-SERVER_INFO_RULES = (orphaned, stopped, answered_ready, rank_ready, crashed_in_log, dead)
+SERVER_INFO_RULES = (orphaned, stopped, answered_ready, rank_ready, crashed_in_log, health_path_missing, dead)
 
 
 # ---- the words of every state ---------------------------------------------------------------------
@@ -254,6 +264,13 @@ def _timed_out(facts):
             f"last health answer: {describe_health(facts.get('health'))}")
 
 
+def _misconfigured(facts):
+    path = facts.get("health_path") or "(server_info's health_path)"
+    return (f"{facts['name']} answers HTTP 404 on its health path {path}: no such endpoint, so it can "
+            "never be seen ready; set the health path (relaunch_health_path) to one SGLang serves, e.g. "
+            "/health_generate or /health. The server was not killed.")
+
+
 def _replaced(facts):
     recorded = facts["replaced_by"]
     return (f"{facts['name']} replaced by another run: it now runs as pid {recorded.get('pid')} (run "
@@ -310,6 +327,9 @@ STATES = {
                      progress="{name} timed out in {phase}"),
     "replaced": State(decided=True, ready=False, failing=True, names_phase_reached=False, sentence=_replaced,
                       progress="{name} replaced by another run"),
+    # The health path is wrong (HTTP 404): a configuration error said at once, neither killed nor rolled back.
+    "misconfigured": State(decided=True, ready=False, failing=True, names_phase_reached=False,
+                           sentence=_misconfigured, progress="{name} answers 404 on the health path"),
     # Up, but the router (router_url) did not list it healthy: it serves no router traffic.
     "unrouted": State(decided=True, ready=False, failing=False, names_phase_reached=False, sentence=_unrouted,
                       progress=None),

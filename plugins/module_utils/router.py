@@ -106,6 +106,10 @@ def check_url(url, what):
         raise TypeError(f"{what} must be a URL string like http://10.0.0.5:30000, not {type(url).__name__}")
     normalized = normalize_url(url)
     parts = urllib.parse.urlsplit(normalized)
+    if "@" in parts.netloc:
+        # A URL is shown in messages and records: the key goes in its own no_log option, never inside the URL.
+        raise ValueError(f"{what} must not carry credentials (user:password@host): give the router's API key as its "
+                         "own option (sglang_router_api_key, router_api_key) instead")
     try:
         valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # a port that is no number, or out of range

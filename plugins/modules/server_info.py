@@ -105,7 +105,8 @@ servers:
         - V(ready) (health 200), V(starting) (alive, health not 200, no crash in its log), V(crashed) (its log
           shows a fatal error; the C(error) of RV(servers[].log) has the exception line), V(orphaned) (processes of the server,
           such as a scheduler, still run without their main process - they may hold GPU memory), V(dead)
-          (recorded as launched, no process left) or V(stopped) (no state file and no process).
+          (recorded as launched, no process left), V(misconfigured) (it answers HTTP 404 on O(health_path), no such
+          endpoint) or V(stopped) (no state file and no process).
       type: str
     alive:
       description: Whether the recorded main process (same pid and start time) or any process of the server runs.
@@ -199,6 +200,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     range_problems,
+    url_path_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
     describe_servers,
@@ -228,6 +230,7 @@ def main():
         supports_check_mode=True,
     )
     problems = range_problems(module.params, argument_specs.HTTP_RANGES)
+    problems += [problem for problem in [url_path_problem("health_path", module.params["health_path"])] if problem]
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     log_path = module.params["log_path"]

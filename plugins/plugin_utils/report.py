@@ -122,9 +122,13 @@ def drain_and_router_lines(server_results, wait_results):
 ROLLBACK_STATUSES = ("crashed", "stalled", "timeout")
 
 
-def rollback_candidates(wait_results):
-    """Names of the servers that did not come up with the configuration just launched."""
-    return [result["name"] for result in wait_results or [] if result["status"] in ROLLBACK_STATUSES]
+def rollback_candidates(wait_results, server_results=None):
+    """Names of the servers that did not come up with the configuration just launched; with ``server_results``
+    (the server module's), only those this run launched or relaunched - one it left unchanged is not rolled back."""
+    changed = None if server_results is None else {
+        result["name"] for result in server_results if result.get("action") in ("launched", "relaunched")}
+    return [result["name"] for result in wait_results or []
+            if result["status"] in ROLLBACK_STATUSES and (changed is None or result["name"] in changed)]
 
 
 def rollback_outcomes(server_results, wait_results, reasons=None):

@@ -21,6 +21,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
     kind,
     percent,
     range_problem,
+    url_path_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import WAIT_RANGES
 from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import LOCK_RANGES
@@ -154,6 +155,9 @@ def option_problems(values):
             problem = value_problem(name, values[name], option_range)
             if problem:
                 problems.append(problem)
+    if values.get("relaunch_health_path") is not None:
+        problems += [problem for problem in [url_path_problem("relaunch_health_path", values["relaunch_health_path"])]
+                     if problem]
     problems += [problem for name in BOOLEAN_OPTIONS if values.get(name) is not None
                  for problem in [boolean_problem(name, values[name])] if problem]
     for name, (expected_type, shape) in COLLECTION_TYPES.items():

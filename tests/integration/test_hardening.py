@@ -192,3 +192,25 @@ def test_a_server_whose_health_answers_200_is_never_stall_killed(ansible, tmp_pa
     [report] = result["servers"]
     assert report["status"] == "ready", report["msg"]
     assert report["killed_pids"] == []
+
+
+def test_a_wrong_health_path_is_said_at_once_and_kills_or_rolls_back_nothing(sim_host):
+    # The audit's case: a no-op run with a health path SGLang does not serve stall-killed the whole unchanged fleet,
+    # then rolled it back and killed it again. Now a 404 is a configuration error, said at once, and only that.
+    fleet = {"sglang_gpu_count": 2}
+    assert sim_host.run("relaunch", fleet).rc == 0
+    pids = {name: read_state({"state_dir": str(sim_host.dir / "state")}, name)["pid"] for name in ("gpu0", "gpu1")}
+    wrong = sim_host.run("relaunch", dict(fleet, relaunch_health_path="/health_generat", relaunch_stall_timeout=1))
+    assert wrong.rc != 0
+    messages = [result["msg"] for result in wrong.task("Wait until the launched servers are ready")[0]["servers"]]
+    assert messages == [f"{name} answers HTTP 404 on its health path /health_generat: no such endpoint, so it can "
+                        "never be seen ready; set the health path (relaunch_health_path) to one SGLang serves, e.g. "
+                        "/health_generate or /health. The server was not killed." for name in ("gpu0", "gpu1")]
+    assert all(task.get("skipped") for task in wrong.task("Roll back")), "nothing rolled back"
+    assert {name: read_state({"state_dir": str(sim_host.dir / "state")}, name)["pid"] for name in pids} == pids
+    assert all(alive(pid) for pid in pids.values())
+
+    no_slash = sim_host.run("relaunch", dict(fleet, relaunch_health_path="health_generate"))
+    assert no_slash.rc != 0
+    assert "relaunch_health_path must be a URL path starting with '/'" in repr(no_slash)
+    assert {name: read_state({"state_dir": str(sim_host.dir / "state")}, name)["pid"] for name in pids} == pids

@@ -243,3 +243,17 @@ def test_a_node_after_rank_0_is_judged_by_its_log_and_process_never_by_its_place
     assert STATES["ready"].sentence({"name": "qwen-tp8", "node_rank": 1, "seconds_to_ready": 41.0}) == (
         "qwen-tp8 rank 1 ready after 41.0 s: its schedulers are up (its health endpoint is SGLang's placeholder, "
         "never asked)")
+
+
+def test_a_404_on_the_health_path_is_a_configuration_error_at_once_never_a_stall():
+    not_found = answer(404, "HTTP 404")
+    assert status(look(answer=not_found, answer_sent_at=NOW - 1)) == "misconfigured"
+    # Even when its log has been silent long enough to be a stall: a wrong path is no reason to kill a server.
+    assert status(look(answer=not_found, answer_sent_at=NOW - 1, **SILENT)) == "misconfigured"
+    assert status(look(answer=not_found), SERVER_INFO_RULES) == "misconfigured"
+    # A crash still beats it; a placeholder (a node after rank 0) is never asked.
+    assert status(look(answer=not_found, main_alive=False)) == "crashed"
+    assert status(look(answer=not_found, placeholder_health=True)) is None
+    sentence = STATES["misconfigured"].sentence({"name": "gpu0", "health_path": "/health_generat"})
+    assert sentence.startswith("gpu0 answers HTTP 404 on its health path /health_generat: no such endpoint")
+    assert "not killed" in sentence

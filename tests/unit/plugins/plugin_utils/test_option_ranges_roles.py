@@ -212,3 +212,21 @@ def test_booleans_accept_what_bool_means(value):
 def test_anything_else_is_no_boolean(value):
     assert option_problems({"relaunch_rollback": value}) == [
         f"relaunch_rollback must be true or false (also yes/no, 1/0), got {value!r}"]
+
+
+@pytest.mark.parametrize("path", ["health_generate", "/health generate", "/health?x=1", "/h#x", "", 5])
+def test_a_health_path_that_is_no_url_path_is_refused(path):
+    expected = ("relaunch_health_path must be a URL path starting with '/' (e.g. /health_generate), without spaces, "
+                f"'?' or '#'; got {path!r}")
+    assert option_problems({"relaunch_health_path": path}) == [expected]
+
+
+@pytest.mark.parametrize("path", ["/health", "/health_generate", "/v1/models"])
+def test_url_paths_pass(path):
+    assert option_problems({"relaunch_health_path": path}) == []
+
+
+def test_a_router_url_with_credentials_is_refused_without_showing_them():
+    [problem] = option_problems({"sglang_router_url": "http://admin:s3cret@10.0.0.5:30000",
+                                 "sglang_router_worker_host": "10.0.0.7"})
+    assert "must not carry credentials" in problem and "s3cret" not in problem and "admin" not in problem

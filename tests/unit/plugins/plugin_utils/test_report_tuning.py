@@ -122,6 +122,9 @@ def test_rollback_candidates_and_throughput_regressions():
     waits = [{"name": name, "status": status} for name, status in
              (("a", "ready"), ("b", "crashed"), ("c", "stalled"), ("d", "timeout"), ("e", "replaced"))]
     assert rollback_candidates(waits) == ["b", "c", "d"], "a server another run replaced is not ours to roll back"
+    actions = [{"name": name, "action": action} for name, action in
+               (("a", "relaunched"), ("b", "relaunched"), ("c", "unchanged"), ("d", "launched"), ("e", "relaunched"))]
+    assert rollback_candidates(waits, actions) == ["b", "d"], "a server this run left unchanged is not rolled back"
     probes = [{"name": "a", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1200.0}}}},
               {"name": "b", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 320.0}}}},
               {"name": "c", "since_last_good": None}]
