@@ -130,7 +130,7 @@ options:
     default: {}
     suboptions:
       unit_dir:
-        description: Directory of the unit files C(gpuops-sglang-<name>.service).
+        description: Directory of the unit files C(gpuops-sglang-<deployment id>-<name>.service).
         type: path
         default: /etc/systemd/system
       systemctl:

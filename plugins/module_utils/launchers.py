@@ -42,8 +42,8 @@ Running = collections.namedtuple("Running", ["processes", "group", "main"])
 SYSTEMCTL_TIMEOUT = 60
 UNIT_PREFIX = "gpuops-sglang-"
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
-# Characters a path in a unit may not hold: systemd splits on whitespace and unquotes; '%' is escaped instead.
-_UNSAFE_IN_UNIT = re.compile(r"[\s\"'\\;]")
+# Characters a path in a unit may not hold: systemd splits on whitespace, unquotes and expands '$'; '%' is escaped.
+_UNSAFE_IN_UNIT = re.compile(r"[\s\"'\\;$]")
 
 
 class LauncherError(Exception):
@@ -86,9 +86,9 @@ class DetachedLauncher:
             raise LauncherError(f"cannot execute launch script {script}: {exc}")
         return process.pid
 
-    def kill(self, name):
-        """Stop the server at once and for good (it could not be recorded)."""
-        self.owner.kill_now(name)
+    def kill(self, name, recorded=None):
+        """Stop the server at once and for good (it could not be recorded, or stalled); returns the pids killed."""
+        return self.owner.kill_now(name, recorded)
 
     def stopped(self, name):
         """The server was stopped for good (state=stopped), or is launched by another launcher now."""
@@ -97,8 +97,27 @@ class DetachedLauncher:
         return {"launcher": self.name}
 
 
-def unit_name(name):
+def deployment_id(state_dir):
+    """A short id of the deployment (its state dir): two deployments on a host may both have a server gpu0."""
+    return hashlib.sha256(os.path.normpath(state_dir).encode("utf-8")).hexdigest()[:8]
+
+
+def unit_name(name, state_dir):
+    return f"{UNIT_PREFIX}{deployment_id(state_dir)}-{name}.service"
+
+
+def legacy_unit_name(name):
+    """The unit name before it carried the deployment (retired at the server's next launch or stop)."""
     return f"{UNIT_PREFIX}{name}.service"
+
+
+def deployment_line(name, state_dir):
+    """The unit's Environment line: the marker and the deployment, by which a unit file is known as ours."""
+    return f"Environment={procfs.MARKER_VAR}={_escaped(name)} {procfs.DEPLOYMENT_VAR}={_escaped(state_dir)} SPT_NOENV=1"
+
+
+def _escaped(value):
+    return value.replace("%", "%%")
 
 
 def _seconds(value):
@@ -107,21 +126,20 @@ def _seconds(value):
 
 
 def unit_problems(where, spec, state_dir):
-    """Paths systemd would split or unquote (a unit has no safe quoting for them)."""
-    return [f"{where}.{key} {value!r} cannot be used in a systemd unit (no whitespace, quotes, backslashes or "
-            "';'): choose another path or sglang_launcher: detached"
-            for key, value in (("launch_script", spec.get("launch_script")), ("log_path", spec.get("log_path")),
-                               ("state_dir", state_dir)) if value and _UNSAFE_IN_UNIT.search(value)]
+    """Paths systemd would split, unquote or expand (a unit has no safe quoting for them), or take as relative."""
+    paths = (("launch_script", spec.get("launch_script")), ("log_path", spec.get("log_path")), ("state_dir", state_dir))
+    return [f"{where}.{key} {value!r} cannot be used in a systemd unit (an absolute path without whitespace, quotes, "
+            "backslashes, ';' or '$'): choose another path or sglang_launcher: detached"
+            for key, value in paths if value and (_UNSAFE_IN_UNIT.search(value) or not os.path.isabs(value))]
 
 
 def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options):
     """The unit of one server, from the same settings the detached launcher uses."""
-    def escaped(value):
-        return value.replace("%", "%%")
-
+    escaped = _escaped
     restart = options["restart"]
     lines = [
-        "# Written by gpuops.sglang.server; edits are replaced at the next relaunch.",
+        (f"# Written by gpuops.sglang.server for the deployment at {escaped(state_dir)} as "
+         f"{unit_name(name, state_dir)}; edits are replaced at the next relaunch."),
         f"# Starts at boot: {'yes' if options['enabled'] else 'no'}.",
         "[Unit]",
         f"Description=SGLang server {name} (gpuops.sglang)",
@@ -135,7 +153,7 @@ def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options)
         "Type=exec",
         f"ExecStart={escaped(launch_script)}",
         f"WorkingDirectory={escaped(os.path.dirname(launch_script) or '/')}",
-        f"Environment={procfs.MARKER_VAR}={escaped(name)} {procfs.DEPLOYMENT_VAR}={escaped(state_dir)} SPT_NOENV=1",
+        deployment_line(name, state_dir),
         "StandardInput=null",
         f"StandardOutput=append:{escaped(log_path)}",
         "StandardError=inherit",
@@ -156,7 +174,8 @@ def unit_sha256(content):
 
 
 class SystemdLauncher:
-    """One systemd service per server, ``gpuops-sglang-<name>.service`` in ``unit_dir``."""
+    """One systemd service per server and deployment, ``gpuops-sglang-<deployment id>-<name>.service`` in
+    ``unit_dir``: a unit of another deployment is never written, stopped or counted."""
 
     name = "systemd"
     systemd_runtime_dir = "/run/systemd/system"
@@ -168,6 +187,9 @@ class SystemdLauncher:
         self.state_dir = state_dir
         self.stop_timeout = stop_timeout
         self.proc_root = proc_root
+
+    def unit(self, name):
+        return unit_name(name, self.state_dir)
 
     # ---- talking to systemd ------------------------------------------------------------------------
 
@@ -185,13 +207,13 @@ class SystemdLauncher:
         """The unit's ActiveState, SubState, MainPID, NRestarts, ControlGroup, UnitFileState, LoadState."""
         _rc, stdout = self._systemctl(
             "show", "--property=ActiveState,SubState,MainPID,NRestarts,ControlGroup,UnitFileState,LoadState,Result",
-            unit_name(name))
+            self.unit(name))
         return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
 
     def _cgroup_pids(self, name, control_group):
         """The pids in the unit's own cgroup. An inactive unit has none (ControlGroup empty): never read a parent
         cgroup instead, where every process of the host (this module's worker too) may live."""
-        if os.path.basename(control_group or "") != unit_name(name):
+        if os.path.basename(control_group or "") != self.unit(name):
             return set()
         for root in self.cgroup_roots:
             try:
@@ -211,7 +233,33 @@ class SystemdLauncher:
         return None
 
     def unit_path(self, name):
-        return os.path.join(self.options["unit_dir"], unit_name(name))
+        return os.path.join(self.options["unit_dir"], self.unit(name))
+
+    def _ours(self, name, path):
+        """The unit file at ``path`` is this deployment's unit of server ``name`` (None: there is none)."""
+        try:
+            with open(path) as handle:
+                return deployment_line(name, self.state_dir) in handle.read().splitlines()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LauncherError(f"cannot read unit {path}: {exc}")
+
+    def _retire_legacy_unit(self, name):
+        """Stop, disable and remove the unit this deployment's server ran in before unit names carried the
+        deployment; another deployment's unit of that name is left alone."""
+        path = os.path.join(self.options["unit_dir"], legacy_unit_name(name))
+        if not self._ours(name, path):
+            return
+        legacy = legacy_unit_name(name)
+        self._systemctl("stop", legacy, check=False)
+        self._systemctl("disable", "--quiet", legacy, check=False)
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            raise LauncherError(f"cannot remove the retired unit {path}: {exc}")
+        self._systemctl("daemon-reload")
+        self._systemctl("reset-failed", legacy, check=False)
 
     def unit_content(self, spec):
         return render_unit(spec["name"], spec["launch_script"], spec["log_path"], self.state_dir,
@@ -235,9 +283,12 @@ class SystemdLauncher:
         """``systemctl stop`` (no restart while it deactivates), or SIGKILL to the whole cgroup."""
         alive = self.owner.still_alive(processes)
         if force:
-            self._systemctl("kill", "--signal=SIGKILL", unit_name(name), check=False)
+            self._systemctl("kill", "--signal=SIGKILL", self.unit(name), check=False)
         else:
-            self._systemctl("stop", "--no-block", unit_name(name), check=False)
+            self._systemctl("stop", "--no-block", self.unit(name), check=False)
+        if self._ours(name, os.path.join(self.options["unit_dir"], legacy_unit_name(name))):
+            # Its old unit would restart a server killed in it (Restart=on-failure); start() then removes it.
+            self._systemctl("stop", "--no-block", legacy_unit_name(name), check=False)
         # Processes outside the unit (strays of an earlier detached launch, stale servers in the way).
         self.owner.signal(processes, [], signal.SIGKILL if force else signal.SIGTERM)
         return alive
@@ -248,13 +299,18 @@ class SystemdLauncher:
                  for plan in plans if plan.launches and plan.launcher is self]
         if not units:
             return {}, []
+        for unit in units:
+            if self._ours(unit["name"], unit["path"]) is False:
+                raise LauncherError(f"{unit['path']} exists but is not this deployment's unit of {unit['name']} (no "
+                                    f"{procfs.DEPLOYMENT_VAR}={self.state_dir} in it): refusing to overwrite it")
         results, diffs = script_files.sync_scripts(units, 0o644, 0o755, [], [], check_mode)
         if not check_mode and any(result["changed"] for result in results.values()):
             self._systemctl("daemon-reload")
         return results, diffs
 
     def start(self, plan, log_fd, env):
-        unit = unit_name(plan.name)
+        self._retire_legacy_unit(plan.name)
+        unit = self.unit(plan.name)
         self._systemctl("reset-failed", unit, check=False)  # a start limit hit earlier must not refuse this start
         self._systemctl("enable" if self.options["enabled"] else "disable", "--quiet", unit)
         rc, _stdout = self._systemctl("start", unit, check=False)
@@ -266,21 +322,25 @@ class SystemdLauncher:
                                 f"and {plan.spec['log_path']}")
         return main_pid
 
-    def kill(self, name):
+    def kill(self, name, recorded=None):
+        # Those systemd kills are the server's too: the pids alive before, in its unit or carrying its marker.
+        alive = self.owner.still_alive(self.observe(name, recorded).processes)
         # Deactivating first: a SIGKILLed service would be restarted by Restart=on-failure.
-        self._systemctl("stop", "--no-block", unit_name(name), check=False)
-        self._systemctl("kill", "--signal=SIGKILL", unit_name(name), check=False)
-        self.owner.kill_now(name)
+        self._systemctl("stop", "--no-block", self.unit(name), check=False)
+        self._systemctl("kill", "--signal=SIGKILL", self.unit(name), check=False)
+        killed = self.owner.kill_now(name, recorded)
         self.stopped(name)
+        return sorted(set(alive) | set(killed))
 
     def stopped(self, name):
         # Stopped means stopped also after a reboot.
-        self._systemctl("disable", "--quiet", unit_name(name), check=False)
-        self._systemctl("reset-failed", unit_name(name), check=False)
+        self._systemctl("disable", "--quiet", self.unit(name), check=False)
+        self._systemctl("reset-failed", self.unit(name), check=False)
+        self._retire_legacy_unit(name)
 
     def status(self, name, recorded):
         props = self.properties(name)
-        return {"launcher": self.name, "unit": unit_name(name), "active_state": props.get("ActiveState"),
+        return {"launcher": self.name, "unit": self.unit(name), "active_state": props.get("ActiveState"),
                 "sub_state": props.get("SubState"), "main_pid": int(props.get("MainPID") or 0) or None,
                 "restarts": int(props.get("NRestarts") or 0), "enabled": props.get("UnitFileState") == "enabled"}
 

@@ -24,6 +24,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     draining,
     journal,
     last_good,
+    launchers,
     option_ranges,
     procfs,
     run_lock,
@@ -388,7 +389,13 @@ class ServerTracker:
             recorded = read_state(state_dir, self.name) or {}
             if recorded.get("pid") not in (None, self.pid):
                 return [], f"the state file now records pid {recorded.get('pid')}: another run replaced it"
-            return ServerProcesses(state_dir).kill_now(self.name, self._recorded), None
+            # Through the launcher that runs it: a unit with Restart=on-failure is stopped, not restarted.
+            by_name = launchers.launchers(ServerProcesses(state_dir), {"state_dir": state_dir})
+            launcher = by_name.get(recorded.get("launcher"), by_name["detached"])
+            try:
+                return launcher.kill(self.name, self._recorded), None
+            except launchers.LauncherError as exc:
+                return [], str(exc)
         finally:
             release_host_lock(lock_fd)
 

@@ -189,7 +189,8 @@ options:
   launcher:
     description:
       - How a server is run. V(detached) starts its launch script as a process of its own session, detached from
-        the module. V(systemd) runs it as the systemd service C(gpuops-sglang-<name>.service) written into
+        the module. V(systemd) runs it as the systemd service C(gpuops-sglang-<deployment id>-<name>.service) (the
+        id, 8 hex digits, derived from O(state_dir), so two deployments may both have a server gpu0) written into
         O(systemd.unit_dir) from the same settings (C(ExecStart) the launch script, output appended to
         O(servers[].log_path), C(KillMode=control-group), C(TimeoutStopSec) from O(stop_timeout)); the unit's
         cgroup is then the authoritative set of the server's processes, so none can be orphaned.

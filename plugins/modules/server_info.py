@@ -124,7 +124,7 @@ servers:
           C(main_pid), C(restarts) (how often systemd restarted it) and C(enabled) (starts at boot), or C(error)
           when systemctl did not answer.
       type: dict
-      sample: {"launcher": "systemd", "unit": "gpuops-sglang-gpu3.service", "active_state": "active", "restarts": 1}
+      sample: {"launcher": "systemd", "unit": "gpuops-sglang-1b2c3d4e-gpu3.service", "active_state": "active", "restarts": 1}
     uptime_seconds:
       description: Seconds since launch, while alive.
       type: float

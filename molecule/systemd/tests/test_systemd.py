@@ -4,6 +4,7 @@ reported by status.yml, the servers back after a container reboot, stop.yml stop
 The tests run in file order: each leaves the fleet serving for the next, the last stops it."""
 
 import json
+import re
 import subprocess
 import time
 
@@ -14,12 +15,14 @@ SERVERS = {f"gpu{index}": 30000 + index for index in range(8)}
 # Hang guard for a whole playbook or a container boot with 8 servers starting; not a speed check.
 TIMEOUT = 300
 
+# gpuops-sglang-<deployment id>-<name>.service: the unit names carry the deployment (its state dir).
 UNITS = """
-import json, subprocess, sys
+import glob, json, os, subprocess, sys
 names = json.loads(sys.argv[1])
 out = {}
 for name in names:
-    unit = f"gpuops-sglang-{name}.service"
+    [path] = glob.glob(f"/etc/systemd/system/gpuops-sglang-????????-{name}.service")
+    unit = os.path.basename(path)
     shown = subprocess.run(["systemctl", "show", "--property=ActiveState,MainPID,NRestarts,UnitFileState,ControlGroup",
                             unit], capture_output=True, text=True).stdout
     out[name] = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
@@ -73,7 +76,8 @@ def test_every_process_of_a_server_is_in_its_unit(host):
     assert sorted({marker for marker, _cgroup in seen["processes"].values()}) == sorted(SERVERS)
     for pid, (marker, cgroup) in seen["processes"].items():
         # An orphan is impossible: whatever a server spawns stays in its unit's cgroup and goes with it.
-        assert f"gpuops-sglang-{marker}.service" in cgroup, f"pid {pid} of {marker} outside its unit: {cgroup}"
+        assert re.search(rf"/gpuops-sglang-[0-9a-f]{{8}}-{re.escape(marker)}\.service$", cgroup), \
+            f"pid {pid} of {marker} outside its unit: {cgroup}"
 
 
 def test_a_crash_is_restarted_by_systemd_and_status_reports_the_restart(host):
@@ -86,6 +90,29 @@ def test_a_crash_is_restarted_by_systemd_and_status_reports_the_restart(host):
     result = run_playbook("status.yml")[0]
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     assert "gpu3 restarted by systemd 1 time" in result.stdout, result.stdout[-5000:]
+
+
+def test_a_stalled_unit_is_stopped_not_restarted(host):
+    # gpu5 hangs in its startup and is stall-killed: through systemd, so that Restart=on-failure does not bring it back
+    # holding its GPU (killing its processes alone looked like a crash to systemd, which restarted it).
+    hang = {"relaunch_only_servers": ["gpu5"], "relaunch_state": "restarted", "relaunch_stall_timeout": 5,
+            "relaunch_rollback": False,
+            "sglang_env": {"GPUOPS_FAKE_GPU_DIR": "{{ gpuops_rig_fake_gpu_dir }}", "SGLANG_SIM_TIME_SCALE": "0.3",
+                           "SGLANG_SIM_FAULT": "hang_cuda_graph"}}
+    result = run_playbook("relaunch.yml", "-e", json.dumps(hang))[0]
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-5000:]
+    assert "gpu5 stalled in capturing_cuda_graph" in output and "killed pids" in output, output[-5000:]
+    stalled = units(host)["units"]["gpu5"]
+    time.sleep(5)  # restart_sec is 1 s: a restart would have happened by now
+    seen = units(host)
+    assert seen["units"]["gpu5"]["ActiveState"] in ("inactive", "failed"), seen["units"]["gpu5"]
+    assert seen["units"]["gpu5"]["NRestarts"] == stalled["NRestarts"], seen["units"]["gpu5"]
+    assert "gpu5" not in {marker for marker, _cgroup in seen["processes"].values()}
+    # The next run brings it back as configured.
+    result = run_playbook("relaunch.yml")[0]
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    wait_until(lambda: all_ready(host), "gpu5 to serve again")
 
 
 def test_the_servers_come_back_after_the_container_reboots(host):
