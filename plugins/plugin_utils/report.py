@@ -326,6 +326,17 @@ def _bounds(fact, expectation):
     return bounds
 
 
+def expectation_problems(expect):
+    """Why an expectation of ``relaunch_expect`` cannot be checked, one message each: said before the run, not after."""
+    problems = []
+    for fact, expectation in (expect or {}).items():
+        try:
+            _bounds(fact, expectation)
+        except ExpectationError as exc:
+            problems.append(f"relaunch_expect: {exc}")
+    return problems
+
+
 def _figure(result, probe, fact):
     """A configured fact of the server, or a figure of its throughput probe."""
     value = (result.get("facts") or {}).get(fact)

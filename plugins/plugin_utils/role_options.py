@@ -31,6 +31,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_control impor
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     api_key_problem,
 )
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
+    expectation_problems,
+)
 
 ROLE_OPTION_RANGES = {
     # Topology of the generated layout (explicit servers are checked entry by entry by the topology).
@@ -169,6 +172,8 @@ def option_problems(values):
         problems += speculative_problems(values["sglang_speculative"], "sglang_speculative")
     if isinstance(values.get("relaunch_probe"), dict):
         problems += probe_problems(values["relaunch_probe"])
+    if isinstance(values.get("relaunch_expect"), dict):
+        problems += expectation_problems(values["relaunch_expect"])
     api_key = api_key_problem(values.get("sglang_api_key"))
     if api_key:
         problems.append(api_key)

@@ -230,3 +230,15 @@ def test_a_router_url_with_credentials_is_refused_without_showing_them():
     [problem] = option_problems({"sglang_router_url": "http://admin:s3cret@10.0.0.5:30000",
                                  "sglang_router_worker_host": "10.0.0.7"})
     assert "must not carry credentials" in problem and "s3cret" not in problem and "admin" not in problem
+
+
+@pytest.mark.parametrize("expect, message", [
+    ({"max_running_requests": {"mni": 5}}, "relaunch_expect: expectation for max_running_requests must be {min: N}"),
+    ({"max_running_requests": "many"}, "relaunch_expect: expectation for max_running_requests must be numbers"),
+    ({"output_tok_s": {"max_drop_percent": 150}}, "relaunch_expect: max_drop_percent for output_tok_s must be 0-100"),
+])
+def test_an_expectation_that_cannot_be_checked_is_refused_before_the_run(expect, message):
+    # Checked with the other settings, before the host is held: not after a relaunch that then fails on it.
+    [problem] = option_problems({"relaunch_expect": expect})
+    assert problem.startswith(message), problem
+    assert option_problems({"relaunch_expect": {"max_running_requests": {"min": 8}, "context_len": 4096}}) == []
