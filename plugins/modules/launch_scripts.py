@@ -37,7 +37,9 @@ options:
         type: str
         required: true
   mode:
-    description: Permissions of every script. The default keeps API keys readable by the owner only.
+    description:
+      - Permissions of every script. The default keeps API keys readable by the owner only.
+      - With O(secrets), a mode with group or other bits is refused.
     type: raw
     default: "0700"
   directory_mode:
@@ -126,6 +128,9 @@ def main():
         supports_check_mode=True,
     )
     mode, directory_mode = _octal(module, "mode"), _octal(module, "directory_mode")
+    if module.params["secrets"] and mode & 0o077:
+        module.fail_json(msg=f"mode {mode:04o} lets the group or others read scripts that carry secrets (the API "
+                             "key): use 0700, or another mode without group and other bits")
     scripts = module.params["scripts"]
     try:
         results, diffs = sync_scripts(scripts, mode, directory_mode, module.params["required_paths"],

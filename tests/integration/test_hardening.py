@@ -214,3 +214,13 @@ def test_a_wrong_health_path_is_said_at_once_and_kills_or_rolls_back_nothing(sim
     assert no_slash.rc != 0
     assert "relaunch_health_path must be a URL path starting with '/'" in repr(no_slash)
     assert {name: read_state({"state_dir": str(sim_host.dir / "state")}, name)["pid"] for name in pids} == pids
+
+
+def test_scripts_that_carry_a_secret_are_never_written_readable_by_others(ansible, tmp_path):
+    script = {"name": "gpu0", "path": str(tmp_path / "bin" / "gpu0.sh"), "content": "#!/bin/sh\nexec x --api-key k\n"}
+    refused = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [script], "secrets": ["k"], "mode": "0750"})
+    assert refused["failed"] and refused["msg"].startswith("mode 0750 lets the group or others read scripts that "
+                                                           "carry secrets"), refused["msg"]
+    assert not (tmp_path / "bin").exists(), "nothing was written"
+    written = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [script], "mode": "0750"})
+    assert written["changed"] and os.stat(script["path"]).st_mode & 0o777 == 0o750, "without secrets the mode is free"
