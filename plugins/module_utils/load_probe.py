@@ -314,6 +314,8 @@ def ours_to_probe(params):
             why = f"its recorded process {state.get('pid')} does not run"
         elif owner.owner(main.pid).verdict != "ours":
             why = f"pid {main.pid} does not carry this deployment's ownership marker"
+        elif (squatter := owner.foreign_listener(spec["name"], port, likely=[main.pid])) is not None:
+            why = squatter  # the load carries the API key: never to another process
         else:
             probe.append((spec["name"], port, state))
             continue

@@ -253,6 +253,8 @@ class ServerTracker:
         self._crash_seen = carried.get("crash_seen")
         self._health = carried.get("health")
         self._probed_this_slice = False
+        self._owner = ServerProcesses(options["state_dir"])
+        self._foreign_listener = None
         self.log = RunLog(self.log_path, self.launched_at, [options["api_key"]] if options["api_key"] else [])
         self.probe = HealthProbe(f"http://{options['host']}:{self.port}", options["health_path"],
                                  options["api_key"], options["probe_timeout"])
@@ -302,6 +304,7 @@ class ServerTracker:
             exit_status=exit_status, log_phase=self.log.state.phase, crash_seen_at=self._crash_seen,
             last_activity=self._last_activity, answer=answer, placeholder_health=bool(self.node_rank),
             answer_sent_at=self.probe.started_at if answer is not None else None,
+            foreign_listener=self._foreign_listener,
             stall_timeout=self._options["stall_timeout"], deadline=self._deadline)
 
     def poll(self, now, may_probe, snapshot=False):
@@ -314,8 +317,14 @@ class ServerTracker:
             may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
         # A suspected stall is decided on the answer to a probe sent after the silence was noticed.
         if not self.probe.busy and (probe_due or stall_suspected_since(observation) is not None):
-            self.probe.start(now)
+            self.start_probe(now)
         return None
+
+    def start_probe(self, now):
+        """A health request, unless another process listens on the port (it must never get the key)."""
+        self._foreign_listener = self._owner.foreign_listener(self.name, self.port, likely=[self.pid])
+        if self._foreign_listener is None:
+            self.probe.start(now)
 
     def record(self, verdict, now, **context):
         """The server's report for a verdict (``context``: more facts for its msg); it is the tracker's result."""
@@ -544,7 +553,7 @@ def _confirm_ready(trackers):
     """One more look at every ready server, health probes in parallel (a hung one costs one probe_timeout)."""
     now = time.time()
     for tracker in trackers:
-        tracker.probe.start(now)
+        tracker.start_probe(now)
     while any(tracker.probe.busy for tracker in trackers):
         time.sleep(POLL_SECONDS)
     for tracker in trackers:

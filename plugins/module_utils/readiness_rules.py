@@ -51,6 +51,8 @@ class Observation:
     # Its health endpoint is a placeholder that always answers 200 (a node of a multi-node group other than rank
     # 0): it is judged by its process and its log alone.
     placeholder_health: bool = False
+    # Why its port is not its own (another process listens there), from the last look before a health request.
+    foreign_listener: str | None = None
     # The wait's options: seconds of log silence that make a stall (0: off), and when the whole wait ends.
     stall_timeout: float = 0
     deadline: float | None = None
@@ -76,6 +78,13 @@ def replaced(observation):
     """The state file records another pid than the one watched: another run relaunched the server meanwhile."""
     if observation.recorded_pid is not None and observation.recorded_pid != observation.pid:
         return Verdict("replaced")
+    return None
+
+
+def answered_by_another(observation):
+    """Another process listens on its port: never ready, never sent the key (the check comes before each request)."""
+    if observation.foreign_listener:
+        return Verdict("foreign_listener", {"foreign_listener": observation.foreign_listener})
     return None
 
 
@@ -184,12 +193,12 @@ def dead(observation):
 
 # The wait, every look until the server is decided: a replaced server is another run's (nothing of it is judged),
 # a ready answer beats a silent log, a crash beats the deadline.
-WAIT_RULES = (replaced, answered_ready, rank_ready, process_gone, crashed_in_log, health_path_missing, stalled,
+WAIT_RULES = (replaced, answered_by_another, answered_ready, rank_ready, process_gone, crashed_in_log, health_path_missing, stalled,
               timed_out)
 # The wait, once more at its end for every server decided ready: still this run's, still running, still listening.
-STILL_READY_RULES = (replaced, process_gone, stopped_answering)
+STILL_READY_RULES = (replaced, answered_by_another, process_gone, stopped_answering)
 # server_info, one snapshot; no verdict means "starting" (alive, not answering 200, no crash in its log).
-SERVER_INFO_RULES = (orphaned, stopped, answered_ready, rank_ready, crashed_in_log, health_path_missing, dead)
+SERVER_INFO_RULES = (orphaned, stopped, answered_by_another, answered_ready, rank_ready, crashed_in_log, health_path_missing, dead)
 
 
 # ---- the words of every state ---------------------------------------------------------------------
@@ -264,6 +273,10 @@ def _timed_out(facts):
             f"last health answer: {describe_health(facts.get('health'))}")
 
 
+def _foreign_listener(facts):
+    return f"{facts['foreign_listener']}: no request was sent to it, nothing of it counts as the server's answer"
+
+
 def _misconfigured(facts):
     path = facts.get("health_path") or "(server_info's health_path)"
     return (f"{facts['name']} answers HTTP 404 on its health path {path}: no such endpoint, so it can "
@@ -327,6 +340,9 @@ STATES = {
                      progress="{name} timed out in {phase}"),
     "replaced": State(decided=True, ready=False, failing=True, names_phase_reached=False, sentence=_replaced,
                       progress="{name} replaced by another run"),
+    # Another process listens on the server's port (bound before SGLang binds it, after loading its weights).
+    "foreign_listener": State(decided=True, ready=False, failing=True, names_phase_reached=False,
+                              sentence=_foreign_listener, progress="{name} port answered by another process"),
     # The health path is wrong (HTTP 404): a configuration error said at once, neither killed nor rolled back.
     "misconfigured": State(decided=True, ready=False, failing=True, names_phase_reached=False,
                            sentence=_misconfigured, progress="{name} answers 404 on the health path"),

@@ -112,9 +112,13 @@ def launch_script_facts(state):
             "drift": bool(running) and running != on_disk, "nccl_expected": expected}
 
 
-def http_facts(host, port, params):
-    """Health, /get_server_info and /metrics of one server (runs in a worker thread)."""
+def http_facts(host, port, params, foreign_listener=None):
+    """Health, /get_server_info and /metrics of one server (runs in a worker thread); none of them asked when
+    ``foreign_listener`` says another process listens on its port (it must never get the API key)."""
     facts = {"health": {"status": None, "error": "no port known"}, "server_info": None, "metrics": None}
+    if foreign_listener:
+        facts["health"] = {"status": None, "error": foreign_listener}
+        return facts
     if not port:
         return facts
     base_url, timeout, api_key = f"http://{host}:{port}", params["probe_timeout"], params["api_key"]
@@ -177,11 +181,12 @@ def describe_server(spec, params, now, by_name):
     }
 
 
-def server_status(server, now):
+def server_status(server, now, foreign_listener=None):
     """The verdict of ``SERVER_INFO_RULES`` on one snapshot, else starting; consumes the ``state_recorded`` key."""
     observation = Observation(now=now, snapshot=True, main_alive=server["main_alive"], processes_alive=server["alive"],
                               state_recorded=server.pop("state_recorded"), log_phase=server["log"].get("phase"),
-                              answer=server["health"], placeholder_health=bool(server.get("node_rank")))
+                              answer=server["health"], placeholder_health=bool(server.get("node_rank")),
+                              foreign_listener=foreign_listener)
     verdict = decide(observation, SERVER_INFO_RULES)
     return verdict.status if verdict else "starting"
 
@@ -212,13 +217,17 @@ def describe_servers(params):
         state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*.json")))
         specs = [{"name": os.path.basename(path)[:-len(".json")]} for path in state_files]
     now = time.time()
-    by_name = launchers.launchers(ServerProcesses(params["state_dir"]), params)
+    owner = ServerProcesses(params["state_dir"])
+    by_name = launchers.launchers(owner, params)
     servers = [describe_server(spec, params, now, by_name) for spec in specs]
+    foreign = {server["name"]: owner.foreign_listener(server["name"], server["port"], likely=[server["pid"]])
+               if server["port"] else None for server in servers}
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-        answers = pool.map(lambda server: http_facts(params["host"], server["port"], params), servers)
+        answers = pool.map(lambda server: http_facts(params["host"], server["port"], params, foreign[server["name"]]),
+                           servers)
         for server, answer in zip(servers, answers):
             server.update(answer)
-            server["status"] = server_status(server, now)
+            server["status"] = server_status(server, now, foreign[server["name"]])
             settings = server.pop("_settings")
             server["capacity"] = capacity_rules.judge(capacity_rules.snapshot_of(
                 server["metrics"], server["server_info"], settings, server["log"].get("facts"))) \

@@ -65,6 +65,22 @@ class ServerProcesses:
             return Owner("other_deployment", server, deployment)
         return Owner("ours", server, deployment)
 
+    def foreign_listener(self, name, port, likely=()):
+        """Why ``port`` is not server ``name``'s own, or None when nothing listens on it or only processes of the
+        server do (its marker and deployment, run by this user). Checked before a request carries the API key and
+        before a 200 counts: SGLang binds its port only after loading the weights, and anyone may bind it first."""
+        listening, pids = procfs.port_listener_pids(port, self.proc_root, likely)
+        if not listening:
+            return None
+        if not pids:
+            return f"port {port} is answered by a process this user cannot see, not by {name}"
+        for pid in pids:
+            owner = self.owner(pid)
+            user = procfs.user_of(pid, self.proc_root)
+            if owner.verdict != "ours" or owner.server != name or user != procfs.user_of("self", self.proc_root):
+                return f"port {port} is answered by foreign process {pid} (user {user}), not by {name}"
+        return None
+
     def main_process(self, recorded):
         """The recorded main process while it still runs with its recorded start time, else None."""
         pid, starttime = (recorded or {}).get("pid"), recorded_starttime(recorded)

@@ -105,7 +105,8 @@ servers:
         - V(ready) (health 200), V(starting) (alive, health not 200, no crash in its log), V(crashed) (its log
           shows a fatal error; the C(error) of RV(servers[].log) has the exception line), V(orphaned) (processes of the server,
           such as a scheduler, still run without their main process - they may hold GPU memory), V(dead)
-          (recorded as launched, no process left), V(misconfigured) (it answers HTTP 404 on O(health_path), no such
+          (recorded as launched, no process left), V(foreign_listener) (another process listens on its port - nothing
+          is asked of it), V(misconfigured) (it answers HTTP 404 on O(health_path), no such
           endpoint) or V(stopped) (no state file and no process).
       type: str
     alive:

@@ -224,7 +224,8 @@ servers:
       description:
         - V(ready), V(crashed) (process gone, or its log shows a fatal error), V(stalled), V(timeout),
           V(replaced) (another run relaunched it meanwhile), V(unrouted) (ready, but the router did not take it
-          back; C(router_error) says why), V(misconfigured) (its port answers HTTP 404 on O(health_path), no such
+          back; C(router_error) says why), V(foreign_listener) (another process listens on its port; no request is sent to it, so it never gets the
+          API key), V(misconfigured) (its port answers HTTP 404 on O(health_path), no such
           endpoint; said at once, never killed); V(starting) only in check mode.
       type: str
       sample: ready

@@ -224,3 +224,43 @@ def test_scripts_that_carry_a_secret_are_never_written_readable_by_others(ansibl
     assert not (tmp_path / "bin").exists(), "nothing was written"
     written = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [script], "mode": "0750"})
     assert written["changed"] and os.stat(script["path"]).st_mode & 0o777 == 0o750, "without secrets the mode is free"
+
+
+class _Squatter(http.server.BaseHTTPRequestHandler):
+    """Answers 200 to everything, and keeps every Authorization header it was sent (in its server's list)."""
+
+    def do_GET(self):
+        self.server.authorizations.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_args):
+        pass
+
+
+def test_a_process_squatting_the_port_is_never_believed_nor_sent_the_key(ansible, host_args, make_server):
+    # SGLang binds its port only after loading its weights: until then anyone may bind it and answer 200.
+    server = make_server("gpu0", [0], time_scale=3)
+    launched = ansible.module(SERVER, dict(host_args, servers=[server], state="restarted"))
+    assert not launched.get("failed"), launched.get("msg")
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", server["port"]), _Squatter)
+    squatter.authorizations = []
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        wait = ansible.module(WAIT, {"state_dir": host_args["state_dir"], "servers": [{"name": "gpu0"}],
+                                     "api_key": "sk-never-to-a-squatter", "timeout": 60, "progress_interval": 1})
+        info = ansible.module("gpuops.sglang.server_info", {"state_dir": host_args["state_dir"],
+                                                            "servers": [{"name": "gpu0"}],
+                                                            "api_key": "sk-never-to-a-squatter"})
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+    [report] = wait["servers"]
+    assert wait["failed"] and report["status"] == "foreign_listener", report["msg"]
+    assert report["msg"].startswith(f"port {server['port']} is answered by foreign process {os.getpid()} (user "), \
+        report["msg"]
+    assert ", not by gpu0: no request was sent to it" in report["msg"]
+    [described] = info["servers"]
+    assert described["status"] == "foreign_listener" and described["metrics"] is None
+    assert squatter.authorizations == [], "no request, let alone the key, went to the squatter"

@@ -257,3 +257,14 @@ def test_a_404_on_the_health_path_is_a_configuration_error_at_once_never_a_stall
     sentence = STATES["misconfigured"].sentence({"name": "gpu0", "health_path": "/health_generat"})
     assert sentence.startswith("gpu0 answers HTTP 404 on its health path /health_generat: no such endpoint")
     assert "not killed" in sentence
+
+
+def test_a_port_another_process_listens_on_is_never_ready():
+    squatted = {"foreign_listener": "port 30001 is answered by foreign process 4242 (user nobody), not by gpu1"}
+    # Even with a 200 in hand (the check comes before each request, so that answer came from before).
+    assert status(look(answer=answer(200), **squatted)) == "foreign_listener"
+    assert status(look(**squatted), STILL_READY_RULES) == "foreign_listener"
+    assert status(look(answer=answer(200), **squatted), SERVER_INFO_RULES) == "foreign_listener"
+    sentence = STATES["foreign_listener"].sentence({"name": "gpu1", **squatted})
+    assert sentence == ("port 30001 is answered by foreign process 4242 (user nobody), not by gpu1: no request was "
+                        "sent to it, nothing of it counts as the server's answer")
