@@ -364,8 +364,9 @@ def test_a_path_a_unit_cannot_hold_is_refused_naming_it(server, make_server):
     beta = make_server("beta", [6])
     result = server([dict(beta, log_path="/var/log/my logs/beta.log")], launcher="systemd")
     assert result["failed"]
-    assert ("servers[0] (beta).log_path '/var/log/my logs/beta.log' cannot be used in a systemd unit (no whitespace, "
-            "quotes, backslashes or ';'): choose another path or sglang_launcher: detached") in result["problems"]
+    assert ("servers[0] (beta).log_path '/var/log/my logs/beta.log' cannot be used in a systemd unit (an absolute "
+            "path without whitespace, quotes, backslashes, ';' or '$'): choose another path or sglang_launcher: "
+            "detached") in result["problems"]
 
 
 def test_bad_input_is_rejected_before_anything_is_killed(server, launched, make_server, tmp_path, marked):

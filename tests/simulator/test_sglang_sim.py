@@ -117,7 +117,9 @@ def test_tp2_start_serve_and_sigterm(launch, gpu_dir, log_format):
     assert sum(line.startswith("Capturing batches (") and "| 0/36 [" in line for line in lines) == 1
     raw = server.log()
     bar_refresh_end = "\n" if log_format == "classic" else "\r"  # classic BAR_FORMAT ends with "\n"
-    assert re.search(r"\rLoading safetensors checkpoint shards:  25% Completed \| 1/4 [^\r\n]*" + bar_refresh_end, raw)
+    # An intermediate refresh (which one: a starved process may skip some, as tqdm's mininterval does).
+    assert re.search(r"\rLoading safetensors checkpoint shards: +\d+% Completed \| [123]/4 [^\r\n]*" + bar_refresh_end,
+                     raw)
     summary = re.search(SUMMARY, raw)
 
     # process tree: unchanged main command line, titled children inheriting the environment
