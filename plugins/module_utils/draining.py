@@ -49,6 +49,8 @@ def router_problems(router_url, host, worker_host, names=("router_url", "router_
     if not router_url:
         return []
     url_name, worker_host_name = names
+    if worker_host is not None and not isinstance(worker_host, str):
+        return [f"{worker_host_name} must be a host name or IP address (a string), got {worker_host!r}"]
     problems = []
     try:
         check_url(router_url, url_name)

@@ -7,6 +7,9 @@ one place the roles' numeric ranges live (a variable handed to a module takes th
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
+    SYSTEMD_RANGES,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.draining import (
     router_problems,
 )
@@ -95,6 +98,7 @@ COLLECTION_TYPES = {
     "sglang_speculative": (dict, "a dict {algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens}"),
     "relaunch_expect": (dict, "a dict {fact: {min: N, max: N, max_drop_percent: P}} or {fact: N}"),
     "relaunch_probe": (dict, "a dict {concurrency, duration_s, input_len, output_len, route, max_requests} ({} for none)"),
+    "sglang_systemd": (dict, "a dict {enabled, restart, restart_sec, start_limit_burst, start_limit_interval, ...}"),
 }
 
 
@@ -172,6 +176,14 @@ def option_problems(values):
         problems += speculative_problems(values["sglang_speculative"], "sglang_speculative")
     if isinstance(values.get("relaunch_probe"), dict):
         problems += probe_problems(values["relaunch_probe"])
+    if isinstance(values.get("sglang_systemd"), dict):
+        problems += [f"sglang_systemd.{problem}" for name, option_range in SYSTEMD_RANGES.items()
+                     if values["sglang_systemd"].get(name) is not None
+                     for problem in [value_problem(name, values["sglang_systemd"][name], option_range)] if problem]
+    cache_dir = values.get("sglang_cache_dir")
+    if cache_dir not in (None, "") and not (isinstance(cache_dir, str) and cache_dir.startswith("/")):
+        problems.append(f"sglang_cache_dir must be an absolute path (e.g. /var/cache/sglang), or null to leave "
+                        f"SGLang's defaults; got {cache_dir!r}")
     if isinstance(values.get("relaunch_expect"), dict):
         problems += expectation_problems(values["relaunch_expect"])
     api_key = api_key_problem(values.get("sglang_api_key"))

@@ -264,8 +264,10 @@ def _group_member(group, label, host, play_hosts, problems):
         except ValueError:
             problems.append(f"{label}: dist_init_port {port!r} is not a TCP port (1-65535)")
         address = f"{nodes[0].get('address') or nodes[0]['host']}:{port}"
-    elif not isinstance(address, str) or address.rpartition(":")[0] == "" or not address.rpartition(":")[2].isdigit():
-        problems.append(f"{label}: dist_init_addr {address!r} must be host:port, rank 0's rendezvous address")
+    elif (not isinstance(address, str) or address.rpartition(":")[0] == "" or not address.rpartition(":")[2].isdigit()
+          or not 1 <= int(address.rpartition(":")[2]) <= 65535):
+        problems.append(f"{label}: dist_init_addr {address!r} must be host:port (port 1-65535), rank 0's rendezvous "
+                        "address")
     if host in hosts:
         rank = hosts.index(host)
         node = nodes[rank]

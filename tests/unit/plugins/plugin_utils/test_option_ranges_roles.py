@@ -242,3 +242,18 @@ def test_an_expectation_that_cannot_be_checked_is_refused_before_the_run(expect,
     [problem] = option_problems({"relaunch_expect": expect})
     assert problem.startswith(message), problem
     assert option_problems({"relaunch_expect": {"max_running_requests": {"min": 8}, "context_len": 4096}}) == []
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"sglang_cache_dir": 5}, ("sglang_cache_dir must be an absolute path (e.g. /var/cache/sglang), or null to leave "
+                              "SGLang's defaults; got 5")),
+    ({"sglang_cache_dir": "cache"}, "sglang_cache_dir must be an absolute path"),
+    ({"sglang_router_url": "http://10.0.0.5:30000", "sglang_router_worker_host": 5},
+     "sglang_router_worker_host must be a host name or IP address (a string), got 5"),
+    ({"sglang_systemd": {"restart_sec": -1}}, "sglang_systemd.restart_sec=-1 is out of range: use 0.1-3600 s"),
+    ({"sglang_systemd": {"start_limit_burst": "x"}}, "sglang_systemd.start_limit_burst must be a number (1-1000)"),
+    ({"sglang_systemd": "yes"}, "sglang_systemd must be a dict"),
+])
+def test_the_last_type_gaps_of_the_audit_are_named_before_anything_is_touched(values, message):
+    [problem] = option_problems(values)
+    assert problem.startswith(message), problem

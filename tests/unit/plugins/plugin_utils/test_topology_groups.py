@@ -69,6 +69,8 @@ def test_the_rendezvous_defaults_to_rank_0_s_host_name_and_port_50000_or_is_give
      "node 'elsewhere' (rank 1) is not in this play; a group is relaunched as one unit"),
     ({"dist_init_port": 70000}, "dist_init_port 70000 is not a TCP port"),
     ({"dist_init_addr": "10.0.0.1"}, "dist_init_addr '10.0.0.1' must be host:port"),
+    ({"dist_init_addr": "10.0.0.1:0"}, "dist_init_addr '10.0.0.1:0' must be host:port (port 1-65535)"),
+    ({"dist_init_addr": "10.0.0.1:65536"}, "dist_init_addr '10.0.0.1:65536' must be host:port (port 1-65535)"),
     ({"gpus": [0]}, "unknown key 'gpus'; a group takes name, port, tp_size, nodes"),
     ({"nodes": [GROUP["nodes"][0], dict(GROUP["nodes"][1], rank=1)]}, "nodes[1]: unknown key 'rank'"),
 ])
