@@ -172,10 +172,19 @@ def _drop_percent(before, after):
     return 100.0 * (before - after) / before
 
 
-def throughput_regressions(probe_results, max_drop_percent):
+def throughput_regressions(probe_results, max_drop_percent, canaries=()):
     """``{name: why}`` of the probed servers whose output tok/s fell more than ``max_drop_percent`` below their
-    last good run's probe (no earlier probe: nothing to compare)."""
+    last good run's probe (no earlier probe: nothing to compare); and of the ``canaries`` the probe did not measure
+    (not probed, refused, nothing generated): a canary judged on its throughput fails closed."""
+    measured = {result["name"]: result for result in probe_results or []
+                if result.get("status") == "probed" and result.get("output_tok_s")}
     regressed = {}
+    for name in canaries:
+        if name not in measured:
+            result = next((result for result in probe_results or [] if result["name"] == name), None)
+            why = (result.get("error") or f"it generated nothing ({result.get('errors', 0)} errors)") if result \
+                else "the probe did not run"
+            regressed[name] = f"its throughput was not measured ({why}): a canary stays only on a measured throughput"
     for result in probe_results or []:
         pair = ((result.get("since_last_good") or {}).get("probe") or {}).get("output_tok_s") or {}
         before, after = pair.get("before"), pair.get("after")

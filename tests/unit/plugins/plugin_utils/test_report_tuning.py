@@ -131,3 +131,14 @@ def test_rollback_candidates_and_throughput_regressions():
     assert throughput_regressions(probes, 10) == {
         "b": "output 320 tok/s is 75 % below 1280 of its last good run (at most 10 %)"}
     assert throughput_regressions(probes, 80) == {}
+    # A canary judged on its throughput fails closed: measured ones are judged, the others do not stay.
+    measured = [dict(probe, status="probed", output_tok_s=1000.0) for probe in probes]
+    canaries = measured + [{"name": "d", "status": "refused", "error": "d not probed: its recorded process 7 does not "
+                                                                       "run"},
+                           {"name": "e", "status": "probed", "output_tok_s": 0.0, "errors": 64}]
+    assert throughput_regressions(canaries, 80, canaries=["a", "c", "d", "e", "f"]) == {
+        "d": ("its throughput was not measured (d not probed: its recorded process 7 does not run): a canary stays only "
+              "on a measured throughput"),
+        "e": "its throughput was not measured (it generated nothing (64 errors)): a canary stays only on a measured "
+             "throughput",
+        "f": "its throughput was not measured (the probe did not run): a canary stays only on a measured throughput"}
