@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -16,8 +17,41 @@ MAX_BODY_BYTES = 8 << 20
 _JSON_TYPE_NAMES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
                     type(None): "null"}
 
-# Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+READ_CHUNK_BYTES = 64 << 10
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (its 3xx status), never followed: urllib would resend the Authorization header to
+    wherever it points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+# Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server (nor the
+# router's control plane and its key); redirects are not followed.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+class Deadline(Exception):
+    """The whole answer did not come within its total deadline."""
+
+
+def read_body(response, limit, deadline):
+    """At most ``limit`` bytes of ``response``, by ``deadline`` (time.monotonic()) for the whole body: the socket
+    timeout alone bounds each read, and a server sending a byte at a time would never end. Raises Deadline."""
+    chunks, size = [], 0
+    # read1: what has arrived (read(n) would block until n bytes came, one trickle at a time).
+    read = getattr(response, "read1", None) or response.read
+    while size < limit:
+        if time.monotonic() > deadline:
+            raise Deadline()
+        chunk = read(min(READ_CHUNK_BYTES, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def http_get(url, timeout, api_key=None):
@@ -30,15 +64,16 @@ def http_get(url, timeout, api_key=None):
     request = urllib.request.Request(url, headers={"Accept": "*/*"})
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
+    deadline = time.monotonic() + timeout
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            return response.status, _decode(response.read(MAX_BODY_BYTES)), None
+        with OPENER.open(request, timeout=timeout) as response:
+            return response.status, _decode(read_body(response, MAX_BODY_BYTES, deadline)), None
     except urllib.error.HTTPError as exc:
         with exc:
-            return exc.code, _decode(exc.read(MAX_BODY_BYTES)), None
+            return exc.code, _decode(read_body(exc, MAX_BODY_BYTES, deadline)), None
     except urllib.error.URLError as exc:
         return None, "", str(exc.reason)
-    except (socket.timeout, TimeoutError):
+    except (socket.timeout, TimeoutError, Deadline):
         return None, "", f"no answer within {timeout} s"
     except (OSError, http.client.HTTPException) as exc:
         # Reset connections, or something that is not an HTTP server on that port (BadStatusLine).

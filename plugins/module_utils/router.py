@@ -36,6 +36,11 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
+    OPENER,
+    Deadline,
+    read_body,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 
 # Every worker API call answers within milliseconds; a router that takes longer is in trouble.
@@ -46,8 +51,6 @@ POLL_INTERVAL = 0.25
 MAX_CAUSE_CHARS = 300
 MAX_BODY_BYTES = 4 << 20
 
-# Proxies from the environment (http_proxy, ...) must not see the router's control plane (nor its key).
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 HEALTHY, UNHEALTHY, PENDING, FAILED, UNKNOWN = "healthy", "unhealthy", "pending", "failed", "unknown"
 
@@ -310,18 +313,19 @@ class RouterClient:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         what = f"{call} ({method} {path})"
+        deadline = time.monotonic() + self.timeout
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                status, text = response.status, response.read(MAX_BODY_BYTES).decode("utf-8", "replace")
+            with OPENER.open(request, timeout=self.timeout) as response:
+                status, text = response.status, read_body(response, MAX_BODY_BYTES, deadline).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             with exc:
-                status, text = exc.code, exc.read(MAX_BODY_BYTES).decode("utf-8", "replace")
+                status, text = exc.code, read_body(exc, MAX_BODY_BYTES, deadline).decode("utf-8", "replace")
             if not (status == 404 and missing_ok):
                 raise self._error(what, self._http_cause(status, text, path), status) from None
         except urllib.error.URLError as exc:
             raise self._error(what, f"cannot connect: {exc.reason}; is the router running there and reachable "
                               "from this host?") from None
-        except (socket.timeout, TimeoutError):
+        except (socket.timeout, TimeoutError, Deadline):
             raise self._error(what, f"no answer within {self.timeout:g} s") from None
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(what, f"{exc or type(exc).__name__} (is this an HTTP server?)") from None
