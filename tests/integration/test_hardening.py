@@ -8,12 +8,13 @@ import http.server
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
-import time
 
 import pytest
 
-from .conftest import alive, descendants, read_state
+from .conftest import alive, descendants, free_port, http_status, read_state
 
 SERVER = "gpuops.sglang.server"
 WAIT = "gpuops.sglang.wait"
@@ -162,33 +163,41 @@ def test_every_number_is_checked_before_any_process_is_touched(
     assert read_state(host_args, "a")["pid"] == pid and alive(pid), "the healthy server was left alone"
 
 
-class _SlowHealth(http.server.BaseHTTPRequestHandler):
-    """Answers 200 to everything, but only after two seconds - like a busy server that serves."""
+# Answers 200 to everything, but only after two seconds - like a busy server that serves. A process of its own that
+# carries the server's markers: the wait believes only a listener that is the server's.
+SLOW_HEALTH = """
+import http.server, sys, time
 
+class SlowHealth(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         time.sleep(2)
-        body = b"{}"
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", "2")
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(b"{}")
 
     def log_message(self, *args):
         pass
 
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), SlowHealth).serve_forever()
+"""
 
-def test_a_server_whose_health_answers_200_is_never_stall_killed(ansible, tmp_path):
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowHealth)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+def test_a_server_whose_health_answers_200_is_never_stall_killed(ansible, tmp_path, wait_until):
+    state_dir, port = tmp_path / "state", free_port()
+    state_dir.mkdir()
+    env = dict(os.environ, GPUOPS_SGLANG_SERVER="busy", GPUOPS_SGLANG_STATE_DIR=str(state_dir))
+    busy = subprocess.Popen([sys.executable, "-c", SLOW_HEALTH, str(port)], env=env)
     try:
+        wait_until(lambda: http_status(port, "/", timeout=5)[0] == 200, timeout=30, what="the busy server to listen")
         log = tmp_path / "silent.log"
         log.write_text("")
-        result = ansible.module(WAIT, {"state_dir": str(tmp_path / "state"), "timeout": 30, "stall_timeout": 1,
+        result = ansible.module(WAIT, {"state_dir": str(state_dir), "timeout": 30, "stall_timeout": 1,
                                        "kill_stalled": True, "progress_interval": 1,
-                                       "servers": [{"name": "busy", "port": httpd.server_address[1],
-                                                    "log_path": str(log)}]})
+                                       "servers": [{"name": "busy", "port": port, "log_path": str(log)}]})
     finally:
-        httpd.shutdown()
+        busy.kill()
+        busy.wait()
     [report] = result["servers"]
     assert report["status"] == "ready", report["msg"]
     assert report["killed_pids"] == []
