@@ -245,8 +245,8 @@ def test_an_expectation_that_cannot_be_checked_is_refused_before_the_run(expect,
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"sglang_cache_dir": 5}, ("sglang_cache_dir must be an absolute path (e.g. /var/cache/sglang), or null to leave "
-                              "SGLang's defaults; got 5")),
+    ({"sglang_cache_dir": 5},
+     "sglang_cache_dir must be an absolute path (e.g. /var/cache/sglang), or null to leave SGLang's defaults; got 5"),
     ({"sglang_cache_dir": "cache"}, "sglang_cache_dir must be an absolute path"),
     ({"sglang_router_url": "http://10.0.0.5:30000", "sglang_router_worker_host": 5},
      "sglang_router_worker_host must be a host name or IP address (a string), got 5"),
