@@ -42,7 +42,7 @@ HOST_VARS = {
     "sglang_extra_args": {"chunked_prefill_size": 8192, "cuda_graph_max_bs": 256, "watchdog_timeout": 600,
                           "attention_backend": "flashinfer", "trust_remote_code": True, "page_size": 16},
     "sglang_env": {
-        "GPUOPS_FAKE_GPU_DIR": "{{ gpuops_rig_fake_gpu_dir }}", "SGLANG_SIM_TIME_SCALE": "1",
+        "GPUOPS_FAKE_GPU_DIR": "{{ gpuops_rig_fake_gpu_dir }}", "SGLANG_SIM_TIME_SCALE": "3",
         "HF_HOME": "/srv/hf-cache", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "8", "NCCL_DEBUG": "WARN",
         "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0",
@@ -56,7 +56,8 @@ HOST_VARS = {
     "sglang_nvidia_driver_dir": "{{ gpuops_rig_fake_gpu_dir }}/driver/gpus",
     "relaunch_wait_timeout": 120,
     "relaunch_stall_timeout": 30,
-    # Short slices and startups of 3-5 s: the wait takes several slices even on a loaded machine, each its own
+    # Short slices and startups of 9-15 s: the wait takes several slices even on a loaded machine (3-5 s were once
+    # over before the server task ended), each its own
     # module call.
     "relaunch_progress_interval": 1,
 }
