@@ -135,10 +135,9 @@ def unit_problems(where, spec, state_dir):
 
 def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options):
     """The unit of one server, from the same settings the detached launcher uses."""
-    escaped = _escaped
     restart = options["restart"]
     lines = [
-        (f"# Written by gpuops.sglang.server for the deployment at {escaped(state_dir)} as "
+        (f"# Written by gpuops.sglang.server for the deployment at {_escaped(state_dir)} as "
          f"{unit_name(name, state_dir)}; edits are replaced at the next relaunch."),
         f"# Starts at boot: {'yes' if options['enabled'] else 'no'}.",
         "[Unit]",
@@ -151,11 +150,11 @@ def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options)
         "[Service]",
         # exec: `systemctl start` fails when the script cannot be executed, instead of a silent crash.
         "Type=exec",
-        f"ExecStart={escaped(launch_script)}",
-        f"WorkingDirectory={escaped(os.path.dirname(launch_script) or '/')}",
+        f"ExecStart={_escaped(launch_script)}",
+        f"WorkingDirectory={_escaped(os.path.dirname(launch_script) or '/')}",
         deployment_line(name, state_dir),
         "StandardInput=null",
-        f"StandardOutput=append:{escaped(log_path)}",
+        f"StandardOutput=append:{_escaped(log_path)}",
         "StandardError=inherit",
         # Every process of the server is in the unit's cgroup and goes with it: none can be orphaned.
         "KillMode=control-group",

@@ -56,9 +56,8 @@ HOST_VARS = {
     "sglang_nvidia_driver_dir": "{{ gpuops_rig_fake_gpu_dir }}/driver/gpus",
     "relaunch_wait_timeout": 120,
     "relaunch_stall_timeout": 30,
-    # Short slices and startups of 9-15 s: the wait takes several slices even on a loaded machine (3-5 s were once
-    # over before the server task ended), each its own
-    # module call.
+    # Short slices and startups of 9-15 s: the wait takes several slices, each its own module call, even on a loaded
+    # machine (3-5 s were once over before the server task ended).
     "relaunch_progress_interval": 1,
 }
 # Stands in for a broken python in the container: it dies with a traceback before the module answers.
