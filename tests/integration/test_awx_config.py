@@ -6,7 +6,9 @@
 - playbooks/awx_configure.yml: ``ansible-playbook --syntax-check`` and ``ansible-lint --profile production`` with
   the awx.awx collection taken from the ansible 13 package (scripts/fetch_awx_collection.sh), and every task
   argument checked against the awx.awx module's documented options.
-- meta/awx/surveys/*.json: valid AWX survey specs, consistent with the roles' argument specs and ranges.
+- meta/awx/surveys/*.json: valid AWX survey specs, consistent with the roles' argument specs and ranges, asking what
+  operators need (no template asks for variables on launch: that would be root on every GPU host for anyone who may
+  launch it).
 """
 
 import glob
@@ -20,15 +22,23 @@ import sysconfig
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 from .conftest import BIN_DIR, REPO_ROOT
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "collections"))
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    as_boolean,
+    boolean_problem,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     MAMBA_STRATEGIES,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import (
+    BOOLEAN_OPTIONS,
     ROLE_OPTION_RANGES,
+    option_problems,
     value_problem,
 )
 
@@ -40,8 +50,19 @@ AWX_VARS = os.path.join(META, "awx", "awx_vars.yml")
 SURVEY_SPECS = {"relaunch.json": ("relaunch", "main"), "stop.json": ("relaunch", "stop"),
                 "deploy.json": ("launch_scripts", "main")}
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
-COMPATIBLE = {"integer": {"int", "float"}, "float": {"float"}, "multiplechoice": {"str"}, "text": {"str", "list"},
-              "textarea": {"str"}}
+# AWX passes a multiplechoice answer as a string: a bool option gets "true"/"false", which the roles read with | bool.
+COMPATIBLE = {"integer": {"int", "float"}, "float": {"float"}, "multiplechoice": {"str", "bool"},
+              "text": {"str", "list"}, "textarea": {"str"}}
+# What operators used to pass as free-form extra vars on a launch, now survey questions (the hosts: the Limit).
+NEEDED_QUESTIONS = {
+    "relaunch.json": {"relaunch_state", "relaunch_only_servers", "relaunch_batch_size", "relaunch_wait_timeout",
+                      "relaunch_stall_timeout", "relaunch_rollback", "relaunch_canary", "relaunch_lock_timeout",
+                      "relaunch_take_over_run", "relaunch_expect_min_running_requests",
+                      "relaunch_expect_min_total_tokens"},
+    "stop.json": {"relaunch_stop_timeout", "relaunch_lock_timeout", "relaunch_take_over_run"},
+}
+# The secrets AWX credentials inject as extra vars: the servers' key and the router's.
+INJECTED_SECRETS = {"sglang_api_key", "sglang_router_api_key"}
 
 
 def constraint(name):
@@ -67,6 +88,25 @@ def surveys():
         with open(path) as handle:
             found[os.path.basename(path)] = json.load(handle)
     return found
+
+
+def trusted(value):
+    """YAML data as Ansible templates it (2.19+ templates only strings trusted as templates)."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {key: trusted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [trusted(item) for item in value]
+    return value
+
+
+def rendered(value, variables):
+    """``value`` (task arguments or a condition) templated with ``variables`` as ansible-playbook would."""
+    templar = Templar(loader=DataLoader(), variables=trusted(variables))
+    if isinstance(value, str) and "{{" not in value:
+        return templar.evaluate_conditional(trust_as_template(value))
+    return templar.template(trusted(value))
 
 
 def role_options(role, entry_point):
@@ -126,7 +166,13 @@ def test_survey_variables_match_the_role_argument_specs_and_ranges(survey_name):
         assert variable in options, f"{where} is no option of {SURVEY_SPECS[survey_name]}"
         spec = options[variable]
         assert spec.get("type", "str") in COMPATIBLE[survey_type], f"{where}: {survey_type} -> {spec.get('type')}"
-        if survey_type == "multiplechoice":
+        if survey_type == "multiplechoice" and spec.get("type") == "bool":
+            # The answer arrives as a string: the role's check must take each choice, and both meanings offered.
+            assert variable in BOOLEAN_OPTIONS, f"{where}: a string for a bool the role does not check"
+            assert all(boolean_problem(variable, choice) is None for choice in question["choices"]), where
+            assert {as_boolean(choice) for choice in question["choices"]} == {True, False}, where
+            assert as_boolean(question["default"]) == spec["default"], f"{where}: the default changes the role's"
+        elif survey_type == "multiplechoice":
             allowed = spec.get("choices")
             if variable == "sglang_mamba_scheduler_strategy":
                 allowed = MAMBA_STRATEGIES
@@ -146,7 +192,102 @@ def test_survey_variables_match_the_role_argument_specs_and_ranges(survey_name):
                 assert question["min"] <= spec["default"] <= question["max"], where
 
 
+def test_the_surveys_ask_what_operators_changed_with_extra_vars():
+    for name, needed in NEEDED_QUESTIONS.items():
+        asked = {question["variable"] for question in surveys()[name]["spec"]}
+        assert needed <= asked, f"{name} no longer asks for {sorted(needed - asked)}"
+    # The answers a survey can give pass the role's own checks (ranges, booleans), its defaults included.
+    for name, survey in surveys().items():
+        for question in survey["spec"]:
+            answers = question.get("choices") or [question[key] for key in ("min", "max", "default")
+                                                  if question.get(key, "") != "" and question["type"] != "text"]
+            for answer in answers:
+                assert option_problems({question["variable"]: answer}) == [], (name, question["variable"], answer)
+
+
 # --- awx_configure.yml -----------------------------------------------------------------------------------------
+
+def awx_tasks(module):
+    return [task for task in load_yaml(PLAYBOOK)[0]["tasks"] if f"awx.awx.{module}" in task]
+
+
+def test_no_template_asks_for_variables_on_launch():
+    """Anything at launch but the survey's answers (ansible_*, sglang_server_command, ...) is root on the hosts."""
+    templates = [task["awx.awx.job_template"] for task in awx_tasks("job_template")]
+    workflows = [task["awx.awx.workflow_job_template"] for task in awx_tasks("workflow_job_template")]
+    assert templates and workflows
+    for template in templates + workflows:
+        # Set, not left out: the next run of the playbook undoes a change made in AWX's UI.
+        assert template["ask_variables_on_launch"] is False, template["name"]
+        prompts = {key: value for key, value in template.items() if key.startswith("ask_") and value is not False}
+        assert prompts == {"ask_limit_on_launch": True}, f"{template['name']}: {prompts}"
+    # A workflow's extra vars reach its jobs whatever the job templates allow (AWX's exception to its prompting rules).
+    assert all(workflow["extra_vars"] == {} for workflow in workflows)
+    awx_vars = load_yaml(AWX_VARS)
+    options = role_options("relaunch", "main")
+    for template in awx_vars["awx_job_templates"]:
+        assert not [key for key in template if key.startswith("ask_")], f"{template['name']}: a prompt switch"
+        variables = rendered(templates[0]["extra_vars"], dict(awx_vars, item=template))
+        # Fixed variables are role options with valid values (a typo would be a silent no-op).
+        assert set(variables) <= set(options), template["name"]
+        assert option_problems(variables) == [], template["name"]
+        assert template.get("restricted") in (None, True), f"{template['name']}: restricted is only ever true"
+
+
+def test_restricted_templates_are_launched_by_admins_only():
+    awx_vars = dict(load_yaml(AWX_VARS), awx_operator_teams=["ops"], awx_admin_teams=["gpu-admins"])
+    restricted = {template["name"] for template in awx_vars["awx_job_templates"] if template.get("restricted")}
+    # Killing processes that are not this deployment's is an admin's decision.
+    forcing = {template["name"] for template in awx_vars["awx_job_templates"]
+               if template.get("extra_vars", {}).get("relaunch_force_kill_gpu_holders")}
+    assert forcing and forcing <= restricted
+    grants = {}
+    for task in awx_tasks("role"):
+        assert rendered(task["when"], awx_vars) is True
+        grant = rendered(task["awx.awx.role"], awx_vars)
+        assert grant["role"] == "execute"
+        for team in grant["teams"]:
+            grants.setdefault(team, set()).update(grant.get("job_templates", []), grant.get("workflows", []))
+    everyday = {template["name"] for template in awx_vars["awx_job_templates"]} - restricted
+    assert grants["ops"] == everyday | {awx_vars["awx_workflow"]}
+    assert grants["gpu-admins"] == grants["ops"] | restricted
+    # The workflow, launched by operators, runs no restricted template.
+    workflow = awx_tasks("workflow_job_template")[0]["awx.awx.workflow_job_template"]
+    assert not {node["unified_job_template"]["name"] for node in workflow["workflow_nodes"]} & restricted
+    # No team given: no grant is attempted.
+    nobody = dict(awx_vars, awx_operator_teams=[], awx_admin_teams=[])
+    assert not any(rendered(task["when"], nobody) for task in awx_tasks("role"))
+
+
+def test_credential_types_inject_the_keys_the_roles_keep_secret():
+    injected = {}
+    for task in awx_tasks("credential_type"):
+        credential_type = task["awx.awx.credential_type"]
+        assert "when" not in task, f"{credential_type['name']}: always created"
+        fields = {field["id"]: field for field in credential_type["inputs"]["fields"]}
+        for variable, value in credential_type["injectors"].get("extra_vars", {}).items():
+            field = re.fullmatch(r"\{\{ (\w+) \}\}", value).group(1)
+            assert fields[field].get("secret") is True and field in credential_type["inputs"]["required"], variable
+            injected[variable] = credential_type["name"]
+    assert set(injected) == INJECTED_SECRETS
+    for variable in injected:
+        for role, entry_point in (("relaunch", "main"), ("relaunch", "stop"), ("relaunch", "status")):
+            assert role_options(role, entry_point)[variable].get("no_log") is True, (variable, entry_point)
+
+    # The router key: its own type and credential (logged nowhere), given to every template when enabled.
+    awx_vars = load_yaml(AWX_VARS)
+    assert rendered(injected["sglang_router_api_key"], awx_vars) == "SGLang router API key"
+    credential = next(task for task in awx_tasks("credential")
+                      if task["awx.awx.credential"]["name"] == "{{ awx_router_api_key_credential }}")
+    assert credential["no_log"] is True
+    assert credential["awx.awx.credential"]["credential_type"] == "{{ awx_router_api_key_credential_type }}"
+    template = awx_tasks("job_template")[0]["awx.awx.job_template"]
+    for enabled in (False, True):
+        credentials = rendered(template["credentials"], dict(awx_vars, awx_router_api_key_enabled=enabled))
+        assert ("SGLang router API key" in credentials) is enabled and "SGLang API key" in credentials
+        assert rendered(credential["when"], dict(awx_vars, awx_router_api_key_enabled=enabled,
+                                                  awx_sglang_router_api_key="sk-router")) is enabled
+
 
 @pytest.fixture(scope="module")
 def awx_collection():
@@ -255,6 +396,7 @@ def test_awx_configure_defines_the_templates_the_issue_asks_for(awx_collection):
     assert nodes["status"]["unified_job_template"]["name"] == "SGLang status"
     assert "SGLang status" in templates
     assert workflow["allow_simultaneous"] is False and workflow["ask_limit_on_launch"] is True
+    assert "'../meta/awx/surveys/relaunch.json'" in workflow["survey_spec"], "the relaunch node's questions"
 
 
 # --- execution environment -------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 AWX turns every display call outside a callback into a `verbose` job event; the wait action's live progress
 lines must arrive that way, while the playbook runs, next to the normal task events. The later tests lay out
-the private data dir as AWX does for a job (env/extravars with the survey answers and the injected API key,
-env/settings with idle_timeout and job_timeout, env/envvars, inventory/, project/) and run it unchanged.
+the private data dir as AWX does for a job (env/extravars with the survey answers and the injected API key, strings
+marked !unsafe as AWX writes launch-time variables, env/settings with idle_timeout and job_timeout, env/envvars,
+inventory/, project/) and run it unchanged; a canceled job is killed as AWX kills it (ansible-runner's cancel).
 """
 
 import json
@@ -16,6 +17,44 @@ import yaml
 from .conftest import BIN_DIR, REPO_ROOT
 
 API_KEY = "sk-awx-Zq8Wm3Vt7Rb2Lp9X"
+SURVEY_DIR = os.path.join(REPO_ROOT, "meta", "awx", "surveys")
+
+
+class UnsafeDumper(yaml.SafeDumper):
+    """Every string as ``!unsafe``: AWX writes launch-time variables so (ALLOW_JINJA_IN_EXTRA_VARS: template)."""
+
+    def represent_str(self, data):
+        return self.represent_scalar("!unsafe", data)
+
+
+UnsafeDumper.add_representer(str, UnsafeDumper.represent_str)
+
+
+def awx_extravars(variables):
+    """env/extravars as AWX writes it: one YAML document per variable, its strings never templated."""
+    return "".join(yaml.dump({name: value}, Dumper=UnsafeDumper, default_flow_style=False)
+                   for name, value in variables.items())
+
+
+def survey_answers(survey, **answers):
+    """The extra vars AWX makes of a survey's answers: defaults for the questions not answered, empty optional
+    questions left out; only questions of the survey may be answered."""
+    with open(os.path.join(SURVEY_DIR, survey)) as handle:
+        questions = json.load(handle)["spec"]
+    variables = {}
+    for question in questions:
+        value = answers.pop(question["variable"], question.get("default", ""))
+        if value != "" or question["required"]:
+            variables[question["variable"]] = value
+    assert not answers, f"{survey} does not ask for {sorted(answers)}"
+    return variables
+
+
+def survey_choice(survey, variable, meaning):
+    """The choice of a true/false question that means ``meaning``, as the survey offers it."""
+    with open(os.path.join(SURVEY_DIR, survey)) as handle:
+        question = next(question for question in json.load(handle)["spec"] if question["variable"] == variable)
+    return next(choice for choice in question["choices"] if yaml.safe_load(choice) is meaning)
 
 
 def test_relaunch_through_ansible_runner_streams_progress_as_verbose_events(sim_host, tmp_path, monkeypatch):
@@ -56,18 +95,22 @@ def test_relaunch_through_ansible_runner_streams_progress_as_verbose_events(sim_
 class AwxJob:
     """One AWX-style job: a private data dir as AWX writes it, run by ansible-runner in a thread."""
 
-    def __init__(self, sim_host, tmp_path, job_id, playbook, answers, idle_timeout=60, job_timeout=300):
+    def __init__(self, sim_host, tmp_path, job_id, playbook, answers, idle_timeout=60, job_timeout=300,
+                 host_vars=None):
         self.job_id = job_id
         self.dir = tmp_path / f"awx-job-{job_id}"
         (self.dir / "env").mkdir(parents=True)
         (self.dir / "inventory").mkdir()
         # AWX syncs the project into project/; the checkout itself stands in for it.
         os.symlink(REPO_ROOT, self.dir / "project")
-        (self.dir / "inventory" / "hosts.yml").write_text(sim_host.inventory.read_text())
+        # The inventory, where settings no survey asks for live (host_vars: more of them).
+        inventory = yaml.safe_load(sim_host.inventory.read_text())
+        inventory["all"]["children"]["sglang_hosts"]["hosts"][sim_host.name].update(host_vars or {})
+        (self.dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
         # Survey answers, the credential's injected extra var and AWX's own job variables, as AWX writes them.
         extravars = {"awx_job_id": job_id, "tower_job_id": job_id, "awx_job_template_name": "sglang relaunch",
                      "sglang_api_key": API_KEY, **answers}
-        (self.dir / "env" / "extravars").write_text(yaml.safe_dump(extravars))
+        (self.dir / "env" / "extravars").write_text(awx_extravars(extravars))
         (self.dir / "env" / "settings").write_text(yaml.safe_dump(
             {"idle_timeout": idle_timeout, "job_timeout": job_timeout, "pexpect_timeout": 5,
              "suppress_ansible_output": True}))
@@ -78,12 +121,18 @@ class AwxJob:
         self.playbook = playbook
         self.events = []
         self.runner = None
+        # Set by cancel(): ansible-runner then SIGKILLs ansible-playbook's process group, as for an AWX cancel.
+        self.canceled = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         self.runner = ansible_runner.run(private_data_dir=str(self.dir), playbook=self.playbook,
-                                         ident=str(self.job_id), quiet=True,
+                                         ident=str(self.job_id), quiet=True, cancel_callback=self.canceled.is_set,
                                          event_handler=lambda event: self.events.append(event) or True)
+
+    def cancel(self):
+        self.canceled.set()
+        return self
 
     def start(self):
         self.thread.start()
@@ -231,3 +280,72 @@ def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait
     assert not any((sim_host.log_dir / f"{name}.log.1").exists() for name in launched)
     for job in (first, impatient, patient):
         assert API_KEY not in job.everything_recorded()
+
+
+def test_survey_answers_as_awx_passes_them_reach_the_role(sim_host, tmp_path):
+    # Only the survey's questions, answered as AWX passes them: integers, and strings (!unsafe) for the choices -
+    # "false" for the rollback must mean false, and one server named must leave the other alone.
+    first = AwxJob(sim_host, tmp_path, 4201, "playbooks/relaunch.yml",
+                   survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2)).run()
+    assert first.status == "successful", first.tail()
+    pids = {name: _state(sim_host, name)["pid"] for name in ("gpu0", "gpu1")}
+
+    # A flag gpu1 cannot start with, from the inventory (where settings live).
+    answers = survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2,
+                             relaunch_only_servers="gpu1",
+                             relaunch_rollback=survey_choice("relaunch.json", "relaunch_rollback", False))
+    assert answers["relaunch_rollback"] == "false" and "relaunch_take_over_run" not in answers
+    second = AwxJob(sim_host, tmp_path, 4202, "playbooks/relaunch.yml", answers,
+                    host_vars={"sglang_extra_args": {"no_such_flag": True}}).run()
+    assert second.status == "failed", second.tail()
+    failures = [json.dumps(event["event_data"]["res"].get("msg")) for event in second.results("runner_on_failed")]
+    assert any("gpu1 crashed" in failure for failure in failures), failures
+    assert not any("rolled back" in failure for failure in failures), failures
+    assert not second.results("runner_on_ok", "gpuops.sglang.server")[1:], "no second server call: no rollback"
+    assert _state(sim_host, "gpu0")["pid"] == pids["gpu0"], "gpu0 was not named: untouched"
+    assert _state(sim_host, "gpu1")["pid"] != pids["gpu1"]
+
+
+def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_over(sim_host, tmp_path,
+                                                                                      wait_until):
+    slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="6")}
+    canceled = AwxJob(sim_host, tmp_path, 4301, "playbooks/relaunch.yml",
+                      survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2),
+                      host_vars=slow).start()
+    wait_until(lambda: canceled.results("playbook_on_task_start", "gpuops.sglang.wait"), timeout=120,
+               what="job 4301 to wait for its servers")
+    canceled.cancel().join()
+    assert canceled.status == "canceled", canceled.tail()
+    assert not canceled.results("runner_on_ok", "gpuops.sglang.wait"), "canceled while waiting (else this shows nothing)"
+    # ansible-playbook was killed: nothing after the wait ran, the `always` that gives the host back included.
+    assert not canceled.results("runner_on_ok", "gpuops.sglang.host_lock")[1:]
+    lease_path = sim_host.dir / "state" / "run.json"
+    lease = json.loads(lease_path.read_text())
+    assert lease["awx_job_id"] == "4301"
+    pids = {name: _state(sim_host, name)["pid"] for name in ("gpu0", "gpu1")}
+
+    # AWX runs each job in a new execution environment container: the next job's controller has another host
+    # name and cannot see that the canceled job's ansible-playbook is gone (this machine could, and would take the
+    # hold over at once). So the hold is the dead job's until its lease expires ...
+    lease_path.write_text(json.dumps(dict(lease, controller="automation-job-4301-x7k2p")))
+    impatient = AwxJob(sim_host, tmp_path, 4302, "playbooks/relaunch.yml",
+                       survey_answers("relaunch.json", sglang_gpu_count=2, relaunch_lock_timeout=1),
+                       host_vars=slow).run()
+    assert impatient.status == "failed", impatient.tail()
+    failures = "\n".join(json.dumps(event["event_data"]["res"].get("msg"))
+                         for event in impatient.results("runner_on_failed"))
+    assert "AWX job 4301" in failures and f"take_over={lease['run_id']}" in failures, failures
+    assert not impatient.results("runner_on_ok", "gpuops.sglang.server")
+
+    # ... or an operator who knows it is dead takes it over through the survey. The servers it started went on
+    # starting (the host's side is detached): the next job finds them, relaunches nothing and waits for them.
+    taking_over = AwxJob(sim_host, tmp_path, 4303, "playbooks/relaunch.yml",
+                         survey_answers("relaunch.json", sglang_gpu_count=2, relaunch_take_over_run=lease["run_id"]),
+                         host_vars=slow).run()
+    assert taking_over.status == "successful", taking_over.tail()
+    [held] = taking_over.results("runner_on_ok", "gpuops.sglang.host_lock")[:1]
+    assert held["event_data"]["res"]["taken_over"]["run_id"] == lease["run_id"]
+    assert not any(event["event_data"]["res"].get("changed")
+                   for event in taking_over.results("runner_on_ok", "gpuops.sglang.server"))
+    assert {name: _state(sim_host, name)["pid"] for name in pids} == pids
+    assert not lease_path.exists(), "given back at the end"
