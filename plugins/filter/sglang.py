@@ -58,6 +58,7 @@ class FilterModule:
             "gpu_index_errors": topology.gpu_index_problems,
             "launch_argv": _user_errors(launch_script.launch_argv),
             "launch_env": _user_errors(launch_script.launch_env),
+            "launch_credentials": launch_script.launch_credentials,
             "cache_dirs": _user_errors(launch_script.cache_dirs),
             "local_model_paths": _user_errors(launch_script.local_model_paths),
             "nccl_env": _user_errors(nccl.resolve_nccl),

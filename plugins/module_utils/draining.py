@@ -74,6 +74,10 @@ def _is_loopback(host):
         return host == "localhost"
 
 
+# The state file key that says the server is owed a place in the router (see owes_router).
+ROUTER_ADD_KEY = "router_add"
+
+
 def router_client(params):
     """The router's client, or None without ``router_url``."""
     if not params.get("router_url"):
@@ -117,6 +121,14 @@ class Drain:
         """What the result and the progress events say about it."""
         return {"outcome": self.outcome or DRAINING, "seconds": round((self.ended or self.started) - self.started, 1),
                 "requests_left": self.requests_left, "error": self.error}
+
+
+def owes_router(behind_router, action, removed_ids, recorded):
+    """Whether the server being launched goes into the router once it is ready (its state file's ``router_add``):
+    behind a router, launched from nothing, taken out of the router by this run, or still owed there by an earlier
+    run that did not get to put it back (interrupted, or rolled back). One that was running outside the router - an
+    operator took it out, or put the fleet behind a router by hand - stays as it is."""
+    return behind_router and (action == "launched" or bool(removed_ids) or bool((recorded or {}).get(ROUTER_ADD_KEY)))
 
 
 def deregister(client, url):

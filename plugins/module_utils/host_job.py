@@ -21,7 +21,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     write_atomic,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
+    scrub_data,
+    scrub_text,
+)
 
 JOBS_DIR = "jobs"
 # Finished records kept for the next run to report; older ones are removed.
@@ -42,7 +45,8 @@ def new_job_id():
 
 
 def write_record(state_dir, record):
-    write_atomic(record_path(state_dir, record["job_id"]), json.dumps(record, sort_keys=True), 0o600)
+    # A file on the host, returned to the controller by whoever reads it next: no credential may reach it.
+    write_atomic(record_path(state_dir, record["job_id"]), json.dumps(scrub_data(record), sort_keys=True), 0o600)
 
 
 def read_record(state_dir, job_id):

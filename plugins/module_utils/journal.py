@@ -4,11 +4,12 @@
 
 ``<state_dir>/journal.jsonl``. A line is ``{"v", "time", "run_id", "job", "by", "servers": {name: entry}}``;
 the calls of one run share its ``run_id`` (the wait of each batch, the probe), and ``runs()`` merges them
-into one run per id. Entries hold settings read from the launch scripts with keys hidden
+into one run per id. Entries hold settings read from the launch scripts with credentials hidden
 (launch_settings.py), configured facts, startup timings, the outcome and its error line, probe figures and
-metrics - never a secret. Bounded: past MAX_BYTES the oldest lines go, except each server's last good
-relaunch (what "the last run in which it came up" compares with). Writing never fails the caller's job:
-``append`` returns the error text instead.
+metrics - never a secret; lines are scrubbed once more when written and when read (a line written before a
+name counted as a credential may hold its value; compacting rewrites the file scrubbed). Bounded: past
+MAX_BYTES the oldest lines go, except each server's last good relaunch (what "the last run in which it came
+up" compares with). Writing never fails the caller's job: ``append`` returns the error text instead.
 """
 
 import fcntl
@@ -27,6 +28,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_no_follow,
     write_atomic,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_data
 
 JOURNAL_NAME = "journal.jsonl"
 _LOCK_NAME = ".journal.lock"
@@ -57,7 +59,7 @@ def run_header(state_dir, job, run_id=None, now=None):
 
 def append(state_dir, header, servers):
     """Append one line; returns None, or why it could not be written (the job goes on without it)."""
-    line = json.dumps(dict(header, servers=servers), sort_keys=True, separators=(",", ":")) + "\n"
+    line = json.dumps(scrub_data(dict(header, servers=servers)), sort_keys=True, separators=(",", ":")) + "\n"
     try:
         lock_fd = open_lock_file(os.path.join(state_dir, _LOCK_NAME))
         try:
@@ -78,7 +80,7 @@ def append(state_dir, header, servers):
 
 
 def read_records(state_dir):
-    """Every readable line, oldest first (a torn or foreign line is skipped)."""
+    """Every readable line, oldest first and scrubbed (a torn or foreign line is skipped)."""
     try:
         data = read_no_follow(journal_path(state_dir))
     except OSError:
@@ -90,7 +92,7 @@ def read_records(state_dir):
         except ValueError:
             continue
         if isinstance(record, dict) and isinstance(record.get("servers"), dict):
-            records.append(record)
+            records.append(scrub_data(record))
     return records
 
 

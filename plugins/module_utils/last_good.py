@@ -13,6 +13,8 @@ goes back to the one before it - and restores it as the server's launch script.
 
 import json
 import os
+import shlex
+import stat
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
@@ -27,6 +29,85 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import 
 LAST_GOOD_DIR = "last-good"
 SCRIPT_MODE = 0o700
 GENERATIONS = ("", ".previous")
+API_KEY_FLAG = "--api-key"
+# What SGLang's argparse takes for --api-key (a unique prefix, down to --api): a script holding one of these is not
+# re-keyed by rewriting --api-key alone.
+_API_KEY_SPELLINGS = frozenset(API_KEY_FLAG[:length] for length in range(len("--api"), len(API_KEY_FLAG) + 1))
+
+
+class UntrustedFile(OSError):
+    """A last good file or directory that someone else could have written: never executed."""
+
+
+def _check_trusted(path, directory=False):
+    """UntrustedFile unless ``path`` is a directory (or a regular file) of this user, no link, not writable by group
+    or others: a last good script is executed as this user, so only this user may have written it."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        problem = f"a symbolic link (to {os.readlink(path)})"
+    elif not (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode):
+        problem = "not a directory" if directory else "not a regular file"
+    elif info.st_uid != os.geteuid():
+        problem = f"owned by uid {info.st_uid}, not by uid {os.geteuid()} that runs the servers"
+    elif info.st_mode & 0o022:
+        problem = f"writable by group or others (mode {oct(info.st_mode & 0o777)})"
+    else:
+        return
+    raise UntrustedFile(f"{path} is {problem}; refusing to use a last good configuration there: remove it")
+
+
+def _check_trusted_files(state_dir, name):
+    """The last good directory and every file of ``name`` in it that exists (UntrustedFile otherwise)."""
+    directory = os.path.join(state_dir, LAST_GOOD_DIR)
+    if os.path.lexists(directory):
+        _check_trusted(directory, directory=True)
+    for generation in GENERATIONS:
+        for suffix in (".sh", ".json"):
+            if os.path.lexists(_path(state_dir, name, generation + suffix)):
+                _check_trusted(_path(state_dir, name, generation + suffix))
+
+
+def _exec_command(text):
+    """``(lines, first, last, argv)`` of the script's ``exec`` command (first and last line, continuations
+    included), or None when it has none or its quoting does not parse."""
+    lines = text.split("\n")
+    first = next((index for index, line in enumerate(lines) if line.lstrip().startswith("exec ")), None)
+    if first is None:
+        return None
+    last = first
+    while lines[last].endswith("\\") and last + 1 < len(lines):
+        last += 1
+    try:
+        argv = shlex.split(" ".join(line.rstrip("\\") for line in lines[first:last + 1]))
+    except ValueError:
+        return None
+    return lines, first, last, argv
+
+
+def with_api_key(text, api_key):
+    """``(script, rekeyed)``: the launch script ``text`` running with ``api_key`` (None: no key) - as it is when it
+    already does - or ``(None, False)`` when its command cannot be rewritten safely (no ``exec``, unbalanced
+    quotes, an abbreviated or valueless key flag).
+
+    Only the exec command is rewritten, in the form the launch_scripts role renders it (each flag on its own line,
+    shell-quoted), so a rendered script comes out as the role would render it with ``api_key``."""
+    parsed = _exec_command(text)
+    if parsed is None:
+        return None, False
+    lines, first, last, argv = parsed
+    keyed = [index for index, arg in enumerate(argv) if arg.split("=", 1)[0] in _API_KEY_SPELLINGS]
+    if any(argv[index] != API_KEY_FLAG or index + 1 == len(argv) for index in keyed):
+        return None, False
+    if (argv[keyed[-1] + 1] if keyed else None) == api_key:
+        return text, False
+    for index in reversed(keyed):
+        del argv[index:index + 2]
+    if api_key is not None:
+        argv += [API_KEY_FLAG, api_key]
+    indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+    command = indent + "exec" + "".join((" \\\n    " if arg.startswith("--") else " ") + shlex.quote(arg)
+                                        for arg in argv[1:])
+    return "\n".join(lines[:first] + [command] + lines[last + 1:]), True
 
 
 def _path(state_dir, name, suffix):
@@ -53,11 +134,13 @@ def keep(state_dir, name, state, run_id, now=None):
         return f"cannot read {script_path}: {exc}"
     if sha256_text(text) != recorded:
         return f"{script_path} changed since the launch; the script that came up is not on disk"
-    current = record(state_dir, name)
     try:
+        _check_trusted_files(state_dir, name)
+        current = record(state_dir, name)
         os.makedirs(os.path.join(state_dir, LAST_GOOD_DIR), 0o700, exist_ok=True)
         if current and current.get("script_sha256") != recorded:
             _rotate(state_dir, name)
+            _rekey_previous(state_dir, name, text)
         if not current or current.get("script_sha256") != recorded or _script(state_dir, name, "") != text:
             write_atomic(_path(state_dir, name, ".sh"), text, SCRIPT_MODE)
         write_atomic(_path(state_dir, name, ".json"), json.dumps({
@@ -66,6 +149,26 @@ def keep(state_dir, name, state, run_id, now=None):
     except OSError as exc:
         return f"cannot keep the last good configuration of {name} in {state_dir}: {exc}"
     return None
+
+
+def _rekey_previous(state_dir, name, text):
+    """The generation before holds the key ``text`` (the new last good script) has: a key rotated away is not kept
+    on disk, and a rollback to it would not bring it back. One that cannot be re-keyed is dropped."""
+    previous = _script(state_dir, name, ".previous")
+    parsed = _exec_command(text)
+    argv = parsed[3] if parsed else []
+    key = next((argv[index + 1] for index, arg in enumerate(argv[:-1]) if arg == API_KEY_FLAG), None)
+    rekeyed, changed = with_api_key(previous, key) if previous is not None else (None, False)
+    if rekeyed is None:
+        for suffix in (".sh", ".json"):
+            try:
+                os.unlink(_path(state_dir, name, ".previous" + suffix))
+            except FileNotFoundError:
+                pass
+    elif changed:
+        write_atomic(_path(state_dir, name, ".previous.sh"), rekeyed, SCRIPT_MODE)
+        write_atomic(_path(state_dir, name, ".previous.json"), json.dumps(dict(
+            record(state_dir, name, ".previous"), script_sha256=sha256_text(rekeyed)), sort_keys=True), 0o644)
 
 
 def record(state_dir, name, generation=""):
@@ -96,7 +199,9 @@ def rollback_target(state_dir, name, leaving_sha256=None, run_id=None):
     Not the script being rolled back from (``leaving_sha256``) when this run (``run_id``) made it last good: a
     canary that came up, then regressed. The same script kept by an earlier run is good: a rank of a multi-node
     group whose own configuration did not change, stopped because a peer's failed, goes back to it.
+    UntrustedFile when the last good files could have been written by someone else.
     """
+    _check_trusted_files(state_dir, name)
     for generation in GENERATIONS:
         found, text = record(state_dir, name, generation), _script(state_dir, name, generation)
         leaves_it = found is not None and found["script_sha256"] == leaving_sha256 and (

@@ -3,8 +3,9 @@
 """What a launch script sets - the SGLang flags and the exported environment - read from the script itself.
 
 The script is what the server runs (also after a reboot or a hand edit), so the run journal records its
-settings from it rather than from the variables that rendered it. Pure functions; keys never leave here:
-key flags, known secrets and variables named like credentials are hidden.
+settings from it rather than from the variables that rendered it. Pure functions; credentials never leave
+here (``read_settings`` hides them, secrets.py says what they are) except as ``script_credentials``, for the
+modules to hide them by value.
 """
 
 import re
@@ -12,13 +13,13 @@ import shlex
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     REDACTED,
+    argv_credentials,
+    credential_name,
     scrub_argv,
     scrub_text,
 )
 
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-# Variables whose values are credentials (HF_TOKEN, *_API_KEY, ...): never recorded.
-_CREDENTIAL_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def _logical_lines(text):
@@ -41,11 +42,8 @@ def _flags(argv):
     return flags
 
 
-def read_settings(script_text, secrets=()):
-    """``{"command": [...], "flags": {...}, "env": {...}}`` of a launch script, or None when it has no ``exec``.
-
-    ``command`` is the argv before the first flag (``python3 -m sglang.launch_server``).
-    """
+def _exports_and_argv(script_text):
+    """``({name: value}, argv of the exec or None)`` as the shell would see them, nothing hidden."""
     env, argv = {}, None
     for line in _logical_lines(script_text):
         export = _EXPORT.match(line)
@@ -55,20 +53,35 @@ def read_settings(script_text, secrets=()):
                 words = shlex.split(raw)
             except ValueError:
                 words = [raw]
-            value = " ".join(words)
-            env[name] = REDACTED if _CREDENTIAL_NAME.search(name) else scrub_text(value, secrets)
+            env[name] = " ".join(words)
             continue
         stripped = line.strip()
         if stripped.startswith("exec "):
             try:
                 argv = shlex.split(stripped)[1:]
             except ValueError:
-                return None
+                return env, None
+    return env, argv
+
+
+def read_settings(script_text, secrets=()):
+    """``{"command": [...], "flags": {...}, "env": {...}}`` of a launch script, or None when it has no ``exec``.
+
+    ``command`` is the argv before the first flag (``python3 -m sglang.launch_server``).
+    """
+    env, argv = _exports_and_argv(script_text)
     if argv is None:
         return None
+    env = {name: REDACTED if credential_name(name) else scrub_text(value, secrets) for name, value in env.items()}
     argv = [scrub_text(arg, secrets) for arg in scrub_argv(argv)]
     first_flag = next((index for index, arg in enumerate(argv) if arg.startswith("--")), len(argv))
     return {"command": argv[:first_flag], "flags": _flags(argv[first_flag:]), "env": env}
+
+
+def script_credentials(script_text):
+    """The credentials a launch script holds: values of its credential exports and flags (the API key included)."""
+    env, argv = _exports_and_argv(script_text)
+    return [value for name, value in env.items() if credential_name(name) and value] + argv_credentials(argv or [])
 
 
 def model_of(settings):

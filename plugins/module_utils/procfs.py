@@ -89,9 +89,9 @@ def read_process(pid, proc_root=PROC_ROOT):
     except (IndexError, ValueError):
         return None
     raw_cmdline = _read_bytes(os.path.join(proc_root, str(pid), "cmdline")) or b""
-    # API keys are scrubbed here, at the source: every message and result shows command lines from here.
-    # A key can also hide inside one argument (`sh -c "python3 ... --api-key K"`): scrub those as text too.
-    argv = [scrub_text(arg) if "api" in arg else arg
+    # Credentials are scrubbed here, at the source: every message and result shows command lines from here.
+    # One can also hide inside one argument (`sh -c "python3 ... --api-key K"`): scrub each as text too.
+    argv = [scrub_text(arg)
             for arg in scrub_argv([arg.decode("utf-8", "replace") for arg in raw_cmdline.split(b"\0") if arg])]
     return ProcessInfo(state=fields[0], cmdline=" ".join(argv) if argv else f"[{comm}]", argv=argv, **numbers)
 

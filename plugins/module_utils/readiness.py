@@ -44,7 +44,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     decide,
     stall_suspected_since,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.router import RouterError
+from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
+    RouterError,
+    normalize_url,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
@@ -56,6 +59,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     read_state,
     release_host_lock,
     state_path,
+    write_state,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     LogFollower,
@@ -360,10 +364,8 @@ class ServerTracker:
                                            "line": f"health {self._options['health_path']} answered 200"})
         elif state.names_phase_reached:
             report["phase"], report["component"] = self.log.phase_reached()
-        if status == "stalled" and self._options["kill_stalled"]:
-            # A server this run did not change is reported, never killed: its silence is no fault of the run.
-            report["killed_pids"], report["not_killed"] = (
-                ([], "this run left it unchanged") if self.action == "unchanged" else self._kill_stalled())
+        if status == "stalled":
+            report["killed_pids"], report["not_killed"] = self._stall_kill()
         report["msg"] = self.explain(report, now, **details, **context)
         self.result = report
         return report
@@ -385,6 +387,15 @@ class ServerTracker:
             "health": self._health,
             "silent_s": round(time.time() - self._last_activity, 1),
         }
+
+    def _stall_kill(self):
+        """``(killed pids, why not killed)`` for a stalled server."""
+        if self.action == "unchanged":  # its silence is no fault of the run: reported, never killed
+            return [], "this run left it unchanged"
+        if not self._options["kill_stalled"]:
+            # Left as found for inspection (py-spy, the log); check mode kills nothing and says nothing of it.
+            return [], None if self._options["check_mode"] else "kill_stalled is false"
+        return self._kill_stalled()
 
     def _kill_stalled(self):
         """``(killed pids, why not killed)``: under the host lock, and only while the state file still records
@@ -442,7 +453,7 @@ def wait_slice(params, carry=None, check_mode=False):
         run_lock.renew(params["state_dir"], params["run_id"])
     now = time.time()
     carry = carry or {"started_at": now, "servers": {}}
-    options = dict(params, started_at=carry["started_at"],
+    options = dict(params, started_at=carry["started_at"], check_mode=check_mode,
                    kill_stalled=params["kill_stalled"] and not check_mode)
     deadline = carry["started_at"] + params["timeout"]
     slice_end = now if check_mode else min(deadline, now + params["progress_interval"])
@@ -477,7 +488,7 @@ def wait_slice(params, carry=None, check_mode=False):
         states = {tracker.name: read_state(params["state_dir"], tracker.name) for tracker in trackers}
         # A configuration that came up is good, whether or not the router then takes the server back.
         keep_last_good(params, trackers, states)
-        register_ready(params, [tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
+        register_ready(params, [tracker for tracker in trackers if STATES[tracker.result["status"]].ready], states)
         reports = [tracker.result for tracker in trackers]
     result = finish(reports, now - carry["started_at"], check_mode)
     if not check_mode and params["journal"]:
@@ -489,32 +500,54 @@ def wait_slice(params, carry=None, check_mode=False):
     return result
 
 
-def register_ready(params, trackers):
-    """Behind a router (router_url): every ready server is added back and must be listed healthy before the wait
-    ends; one that is not is ``unrouted``. Only ready servers are added: the router's add job cannot be
-    cancelled, and one queued for a server that then crashed would add it whenever it answered."""
+def register_ready(params, trackers, states):
+    """Behind a router (router_url): every ready server the deployment owes a place in the router (its state
+    file's ``router_add``, see ``draining.owes_router``) is added and must be listed healthy before the wait
+    ends; one that is not is ``unrouted``. One that is not owed and not in the router (an operator took it out)
+    stays out, reported ``left_out``; one already in it is only checked healthy. Only ready servers are added:
+    the router's add job cannot be cancelled, and one queued for a server that then crashed would add it
+    whenever it answered."""
     client = draining.router_client(params)
-    if client is None:
+    # A node after rank 0 of a group serves only a placeholder: never a worker.
+    routed = [tracker for tracker in trackers if not tracker.node_rank]
+    if client is None or not routed:
         return
-    added = []
-    for tracker in trackers:
-        if tracker.node_rank:  # a node after rank 0 of a group serves only a placeholder: never a worker
-            continue
-        url = draining.worker_url(params, tracker.port)
-        tracker.result["router"] = {"worker_url": url, "worker_id": None, "healthy": False}
-        try:
-            added.append((tracker, client.add(url)))
-        except RouterError as exc:
+    try:
+        registered = {normalize_url(worker.url): worker.id for worker in client.workers()}
+    except RouterError as exc:
+        for tracker in routed:
             _unrouted(tracker, str(exc))
+        return
+    following = []
+    for tracker in routed:
+        url = draining.worker_url(params, tracker.port)
+        owed = (states[tracker.name] or {}).get(draining.ROUTER_ADD_KEY)
+        known_id = registered.get(normalize_url(url))
+        tracker.result["router"] = {"worker_url": url, "worker_id": known_id, "healthy": False,
+                                    "left_out": not owed and known_id is None}
+        if owed:
+            try:
+                following.append((tracker, client.add(url)))
+            except RouterError as exc:
+                _unrouted(tracker, str(exc))
+        elif known_id is not None:
+            following.append((tracker, known_id))
     deadline = time.monotonic() + params["router_timeout"]
-    for tracker, worker_id in added:  # the router adds them concurrently: one deadline for all
+    for tracker, worker_id in following:  # the router adds them concurrently: one deadline for all
+        tracker.result["router"]["worker_id"] = worker_id
         try:
             worker = client.wait_healthy(worker_id, max(deadline - time.monotonic(), POLL_SECONDS))
         except RouterError as exc:
-            tracker.result["router"]["worker_id"] = worker_id
             _unrouted(tracker, str(exc))
             continue
         tracker.result["router"].update(worker_id=worker.id, healthy=True)
+        _settle_router_debt(params["state_dir"], tracker, states[tracker.name])
+
+
+def _settle_router_debt(state_dir, tracker, state):
+    """The router has the server: a later run finding it outside the router leaves it there (an operator's)."""
+    if state and state.get(draining.ROUTER_ADD_KEY) and state.get("pid") == tracker.pid:
+        write_state(state_dir, tracker.name, dict(state, **{draining.ROUTER_ADD_KEY: False}))
 
 
 def _unrouted(tracker, error):

@@ -9,6 +9,9 @@ import hashlib
 import os
 import stat
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    script_credentials,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_no_follow,
     write_atomic,
@@ -22,6 +25,12 @@ class ScriptError(Exception):
     def __init__(self, msg, **details):
         super().__init__(msg)
         self.details = details
+
+
+def secrets_of(scripts, secrets):
+    """``secrets`` (the API keys) and every credential ``scripts`` hold (HF_TOKEN=..., --hf-token ...): what a
+    module hides by value, and what makes its scripts secret."""
+    return list(secrets) + [value for script in scripts for value in script_credentials(script["content"])]
 
 
 def sha256_text(text):

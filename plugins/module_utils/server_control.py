@@ -316,7 +316,7 @@ class ServerControl:
         self.act_started = None
         self.scripts = {script["name"]: script for script in params.get("scripts") or []}
         # rollback: the servers going back to their last good script (name -> its record), and those that have none.
-        self.rollback_to, self.no_last_good = {}, []
+        self.rollback_to, self.no_last_good = {}, {}
         if params.get("rollback"):
             self._take_last_good()
         self.secrets = list(params.get("secrets") or [])
@@ -338,15 +338,34 @@ class ServerControl:
             raise ServerControlError(f"invalid request: rollback relaunches servers: state must be restarted, "
                                      f"not {self.params['state']}")
         for spec in self.params["servers"]:
+            name = spec["name"]
             # Never back to the script it is rolled back from when this run made it last good (a canary that came
             # up, then regressed); back to it when an earlier run did (a group rank stopped for a peer's failure).
-            leaving = (read_state(self.state_dir, spec["name"]) or {}).get("script_sha256")
-            found, text = last_good.rollback_target(self.state_dir, spec["name"], leaving, self.params.get("run_id"))
-            if text is None or not spec.get("launch_script"):
-                self.no_last_good.append(spec["name"])
+            leaving = (read_state(self.state_dir, name) or {}).get("script_sha256")
+            try:
+                found, text = last_good.rollback_target(self.state_dir, name, leaving, self.params.get("run_id"))
+            except OSError as exc:
+                self.no_last_good[name] = str(exc)
                 continue
-            self.scripts[spec["name"]] = {"name": spec["name"], "path": spec["launch_script"], "content": text}
-            self.rollback_to[spec["name"]] = found
+            if text is None or not spec.get("launch_script"):
+                self.no_last_good[name] = (f"{name} has no last good configuration (it never came up with another one "
+                                           "on this host)")
+                continue
+            # It runs with today's key: a key rotated away since it came up must not serve again.
+            keyed, rekeyed = last_good.with_api_key(text, self.params.get("api_key"))
+            if keyed is None:
+                self.no_last_good[name] = (f"the last good script of {name} has a command line whose --api-key cannot "
+                                           "be replaced (no exec line, or an abbreviated flag): it could serve with a "
+                                           "key rotated away")
+                continue
+            problems = _script_problems(f"{name} (last good)", name, spec["launch_script"], {"content": keyed})
+            if problems:
+                self.no_last_good[name] = "; ".join(problems)
+                continue
+            self.scripts[name] = {"name": name, "path": spec["launch_script"], "content": keyed}
+            key = ("rekeyed" if rekeyed else "current") if self.params.get("api_key") else (
+                "removed" if rekeyed else "none")
+            self.rollback_to[name] = dict(found, key_status=key)
 
     def _script(self, spec):
         """``(sha256, text)`` of the script the server will run: the one given, else the one on disk."""
@@ -622,7 +641,9 @@ class ServerControl:
         plan.launched = dict(
             plan.desired, name=plan.name, pid=pid, pgid=info.pgid if info else pid, launched_at=time.time(),
             pid_starttime=info.starttime if info else None, run_id=self.params.get("run_id"),
-            settings=plan.launch_settings)
+            settings=plan.launch_settings,
+            **{draining.ROUTER_ADD_KEY: draining.owes_router(self.router is not None, plan.action, plan.router_removed,
+                                                                 plan.recorded)})
         try:
             write_state(self.state_dir, plan.name, plan.launched)
             if spec.get("pid_file"):
@@ -770,10 +791,9 @@ class ServerControl:
         if plan.name in self.rollback_to:
             to = self.rollback_to[plan.name]
             return {"rollback": {"to_run_id": to.get("run_id"), "to_time": to.get("time"),
-                                 "script_sha256": to["script_sha256"]}}
+                                 "script_sha256": to["script_sha256"], "key_status": to["key_status"]}}
         if plan.name in self.no_last_good:
-            return {"rollback": {"error": f"{plan.name} has no last good configuration (it never came up with "
-                                          "another one on this host): left stopped"}}
+            return {"rollback": {"error": f"{self.no_last_good[plan.name]}: left stopped"}}
         return {}
 
     def _result(self, plans):

@@ -17,7 +17,20 @@ author: gpuops.sglang contributors (@gpuops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.idempotent
+  - gpuops.sglang.common.state_dir
 options:
+  run_id:
+    description:
+      - The run that holds the host (M(gpuops.sglang.host_lock)) and writes these scripts. Nothing is written when
+        it no longer holds the host (its hold expired and another run took it), so a deploy never rewrites a script
+        a relaunch of the same host is about to launch. Without it the hold is not looked at.
+    type: str
+  release_run:
+    description:
+      - Give the host back once the scripts are written, since the write is the last call of the run that holds
+        it (O(run_id)). A write that fails keeps the hold, for the run to release.
+    type: bool
+    default: false
   scripts:
     description: The scripts to write.
     type: list
@@ -39,7 +52,8 @@ options:
   mode:
     description:
       - Permissions of every script. The default keeps API keys readable by the owner only.
-      - With O(secrets), a mode with group or other bits is refused.
+      - With O(secrets), or scripts that hold credentials (credential-like exports such as C(HF_TOKEN), flags such
+        as C(--hf-token)), a mode with group or other bits is refused.
     type: raw
     default: "0700"
   directory_mode:
@@ -54,7 +68,8 @@ options:
   secrets:
     description:
       - Values hidden from every output of the module (diff, invocation), e.g. the API key.
-      - Values of C(--api-key) and C(--admin-api-key) are always hidden in diffs, also the previous ones.
+      - Values of C(--api-key), C(--admin-api-key) and other credential-like flags and exports are always hidden
+        in diffs, also the previous ones, and those in O(scripts) from every output.
     type: list
     elements: str
     default: []
@@ -83,6 +98,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+released:
+  description: Whether this call gave the host back (O(release_run)).
+  returned: always
+  type: bool
 changed_scripts:
   description: Names of the scripts whose content or mode changed (or would change in check mode).
   returned: always
@@ -97,8 +116,13 @@ scripts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+    run_lock,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
     ScriptError,
+    secrets_of,
     sync_scripts,
 )
 
@@ -124,22 +148,35 @@ def main():
             "directory_mode": {"type": "raw", "default": "0755"},
             "required_paths": {"type": "list", "elements": "path", "default": []},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "run_id": {"type": "str"},
+            "release_run": {"type": "bool", "default": False},
+            **argument_specs.STATE_DIR,
         },
         supports_check_mode=True,
     )
     mode, directory_mode = _octal(module, "mode"), _octal(module, "directory_mode")
-    if module.params["secrets"] and mode & 0o077:
-        module.fail_json(msg=f"mode {mode:04o} lets the group or others read scripts that carry secrets (the API "
-                             "key): use 0700, or another mode without group and other bits")
     scripts = module.params["scripts"]
+    secrets = secrets_of(scripts, module.params["secrets"])
+    # Ansible hides them from the whole result too, like the values of no_log options.
+    module.no_log_values.update(secrets)
+    if secrets and mode & 0o077:
+        module.fail_json(msg=f"mode {mode:04o} lets the group or others read scripts that carry secrets (the API "
+                             "key, credentials in the environment or flags): use 0700, or another mode without "
+                             "group and other bits")
+    run_id = None if module.check_mode else module.params["run_id"]
     try:
+        if run_id:
+            run_lock.renew(module.params["state_dir"], run_id)
         results, diffs = sync_scripts(scripts, mode, directory_mode, module.params["required_paths"],
-                                      module.params["secrets"], module.check_mode)
+                                      secrets, module.check_mode)
+    except run_lock.RunLockError as error:
+        module.fail_json(msg=str(error))
     except ScriptError as error:
         module.fail_json(msg=str(error), **error.details)
+    released = bool(run_id and module.params["release_run"] and run_lock.release(module.params["state_dir"], run_id))
     changed_scripts = [script["name"] for script in scripts if results[script["name"]]["changed"]]
     module.exit_json(changed=bool(changed_scripts), changed_scripts=changed_scripts, scripts=results,
-                     diff=diffs if module._diff else [])
+                     released=released, diff=diffs if module._diff else [])
 
 
 if __name__ == "__main__":

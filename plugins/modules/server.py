@@ -164,7 +164,10 @@ options:
     elements: path
     default: []
   secrets:
-    description: Values (API keys) never to show in results, messages or diffs.
+    description:
+      - Values (API keys) never to show in results, messages or diffs.
+      - The credentials in O(scripts) (values of credential-like exports such as C(HF_TOKEN) and flags such as
+        C(--hf-token)) are hidden the same way without being listed here.
     type: list
     elements: str
     default: []
@@ -214,8 +217,12 @@ options:
         reached ready (kept by M(gpuops.sglang.wait) in C(<state_dir>/last-good/)) - and restore that script as its
         O(servers[].launch_script), so a reboot or a hand start runs it too. Requires O(state=restarted) and no
         O(scripts).
-      - A server without a last good configuration is stopped instead (its GPUs verified free) and
-        the C(error) of RV(servers[].rollback) says so.
+      - The script runs with today's O(api_key) - a key rotated away since it came up never serves again - its
+        C(--api-key) is rewritten when it differs (or removed, without O(api_key)).
+      - A server without a usable last good configuration is stopped instead (its GPUs verified free) and the
+        C(error) of RV(servers[].rollback) says why - none kept, its files could have been written by another user
+        (a link, another owner, group/other-writable), its key cannot be replaced, or it fails the launch script
+        checks.
     type: bool
     default: false
   max_changes:
@@ -321,7 +328,9 @@ servers:
     rollback:
       description:
         - With O(rollback), the last good configuration the server went back to - C(to_run_id), C(to_time) (epoch),
-          C(script_sha256) - or C(error) when it had none (it was stopped).
+          C(script_sha256), C(key_status) (the key it serves with - V(current), V(rekeyed) (the current one put in place
+          of another), V(removed) or V(none); never the value) - or C(error) when it had no usable one (it was
+          stopped).
       returned: with O(rollback)
       type: dict
     error:
@@ -456,6 +465,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     LOG_GENERATIONS,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
+    secrets_of,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
     IGNORED_GPU_HOLDERS,
@@ -509,6 +521,9 @@ def main():
     # _carry: the job a previous slice of this task started (set by the action plugin).
     module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, _carry={"type": "dict"}), supports_check_mode=True)
     params = module.params
+    params["secrets"] = secrets_of(params["scripts"], params["secrets"])
+    # Ansible hides them from the whole result too, like the values of no_log options.
+    module.no_log_values.update(params["secrets"])
     try:
         if params["_carry"]:
             carry = params["_carry"]

@@ -29,10 +29,13 @@ description:
     ready; RV(msg) names each such server and why.
   - Only log content written after the server's launch (C(launched_at) in its state file) is considered, so
     a log that was not rotated cannot report a previous run's phase or crash.
-  - With O(router_url), once every server is decided, each ready one is added back to the router and must be
-    listed healthy within O(router_timeout); one that is not is reported V(unrouted) and fails the task while it
-    keeps running. RV(servers[].router) has its new router id. Servers that are not ready are never added, since
-    the router's add job cannot be cancelled and would add a crashed server whenever it answered again.
+  - With O(router_url), once every server is decided, each ready one that the deployment owes a place in the
+    router (launched from nothing, or taken out by this run or an earlier one that did not put it back) is
+    added back and must be listed healthy within O(router_timeout); one that is not is reported V(unrouted) and
+    fails the task while it keeps running. RV(servers[].router) has its new router id. A ready server found
+    outside the router that was not taken out by this deployment (an operator's choice) is left out and
+    reported (C(left_out)). Servers that are not ready are never added, since the router's add job cannot be
+    cancelled and would add a crashed server whenever it answered again.
   - When the wait is over, the outcome of every server (settings of its launch script, what it configured,
     startup timings, error line) is appended to the run journal (O(journal)), and each server is compared with
     the last earlier run in which it came up with the same model (RV(servers[].since_last_good)).
@@ -257,9 +260,10 @@ servers:
     router:
       description:
         - With O(router_url), for a ready server - C(worker_url) (the server as the router's worker), C(worker_id)
-          (its new id in the router) and C(healthy) (listed healthy, so it takes the router's traffic).
+          (its id in the router), C(healthy) (listed healthy, so it takes the router's traffic) and C(left_out)
+          (not in the router and not taken out by this deployment, so left out).
       type: dict
-      sample: {"worker_url": "http://10.0.0.5:30003", "worker_id": "4b1e...", "healthy": true}
+      sample: {"worker_url": "http://10.0.0.5:30003", "worker_id": "4b1e...", "healthy": true, "left_out": false}
     exit_status:
       description: Exit status of the main process when the host still knows it (shell style, 137 for SIGKILL).
       type: int
@@ -286,8 +290,8 @@ servers:
       elements: int
     not_killed:
       description:
-        - Why a stalled server was not killed although O(kill_stalled=true) - another call held the host lock
-          (it may be relaunching the server), or another run replaced it; null otherwise.
+        - Why a stalled server was not killed - V(kill_stalled is false), this run left it unchanged, another call
+          held the host lock (it may be relaunching the server), or another run replaced it; null otherwise.
       type: str
     msg:
       description: One sentence about this server.

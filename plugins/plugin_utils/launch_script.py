@@ -20,6 +20,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
     DEPLOYMENT_VAR,
     MARKER_VAR,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
+    REDACTED,
+    credential_name,
+    named_credentials,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
     resolve_nccl,
     validate_nccl_env,
@@ -54,7 +59,8 @@ _SIMPLE_FLAGS = (
 
 # Flags rendered from their own variables, with SGLang's aliases: sglang_extra_args may not set them, nor
 # any argparse prefix of them (SGLang keeps allow_abbrev: --tp means --tp-size, --por means --port).
-# The API keys come only from sglang_api_key, the one value the role keeps out of its output.
+# The API key comes only from sglang_api_key, which the role sends to the servers' health checks too; other
+# credentials (--admin-api-key, --hf-token) may be extra args: secrets.credential_name keeps them out of output.
 RESERVED_FLAGS = {
     "--model-path": "sglang_model_path",
     "--model": "sglang_model_path",
@@ -70,7 +76,6 @@ RESERVED_FLAGS = {
     **{flag: f"sglang_{key}" for key, flag in _SIMPLE_FLAGS},
     "--enable-metrics": "sglang_enable_metrics",
     "--api-key": "sglang_api_key",
-    "--admin-api-key": "sglang_api_key",
     "--mamba-scheduler-strategy": "sglang_mamba_scheduler_strategy",
     "--mamba-radix-cache-strategy": "sglang_mamba_scheduler_strategy",
     "--speculative-algorithm": "sglang_speculative.algorithm",
@@ -208,12 +213,18 @@ def _reserved_variable(flag):
 
 def _extra_values(key, value):
     values = list(value) if isinstance(value, (list, tuple)) else [value]
+    credential = credential_name(str(key))
+    if credential and len(values) > 1:
+        # Only the word after a credential flag is hidden in text (a command line in a message, a script's diff).
+        raise LaunchScriptError(f"extra arg {key!r} is a credential: give it one value, not a list")
     for item in values:
+        # The message is shown: a credential's value is not repeated in it.
+        shown = REDACTED if credential else repr(item)
         if not isinstance(item, _SCALARS):
-            raise LaunchScriptError(f"extra arg {key!r}: {item!r} is not a string or number; use true for a bare "
+            raise LaunchScriptError(f"extra arg {key!r}: {shown} is not a string or number; use true for a bare "
                                     "flag, false/null to omit it, a value, or a list of values")
         if isinstance(item, str) and _LOOKS_LIKE_FLAG.match(item):
-            raise LaunchScriptError(f"extra arg {key!r}: value {item!r} would be parsed as a flag by SGLang; give "
+            raise LaunchScriptError(f"extra arg {key!r}: value {shown} would be parsed as a flag by SGLang; give "
                                     "every flag its own key in sglang_extra_args")
     return [_text(item) for item in values]
 
@@ -325,6 +336,14 @@ def launch_env(server, settings):
     env.update(user_env)
     env.update(validate_nccl_env({name: value for name, value in user_env.items() if name.startswith("NCCL_")}))
     return [[name, value] for name, value in env.items()]
+
+
+def launch_credentials(servers, settings=None):
+    """The credentials that launch scripts of ``servers`` (sglang_servers, the topology's output) and ``settings``
+    (launch settings, sglang_groups) hold: the API key and the values of credential-like environment variables and
+    extra args (HF_TOKEN, --admin-api-key), for the role to keep out of its output. Read from the settings as they
+    are (nothing rendered), so settings not yet checked may be given."""
+    return sorted(set(named_credentials([servers, settings])))
 
 
 def cache_dirs(server, settings):

@@ -106,7 +106,11 @@ def drain_and_router_lines(server_results, wait_results):
         if cut:
             line += "; stopped at drain_timeout with requests in flight, which failed: " + ", ".join(cut)
         lines.append(line)
-    routed = [result for result in wait_results or [] if result.get("router")]
+    routed = [result for result in wait_results or [] if result.get("router") and not result["router"].get("left_out")]
+    left_out = [result["name"] for result in wait_results or [] if (result.get("router") or {}).get("left_out")]
+    if left_out:
+        lines.append("router: left out as found (not in it, and not taken out by this deployment; add them back yourself): "
+                     + ", ".join(left_out))
     if routed:
         back = [result for result in routed if result["router"]["healthy"]]
         line = f"router: {len(back)}/{len(routed)} ready servers back in it, healthy"
@@ -124,11 +128,13 @@ ROLLBACK_STATUSES = ("crashed", "stalled", "timeout")
 
 def rollback_candidates(wait_results, server_results=None):
     """Names of the servers that did not come up with the configuration just launched; with ``server_results``
-    (the server module's), only those this run launched or relaunched - one it left unchanged is not rolled back."""
+    (the server module's), only those this run launched or relaunched - one it left unchanged is not rolled back.
+    Nor is a stalled server the wait did not kill (relaunch_kill_stalled false, ...): it stays as found."""
     changed = None if server_results is None else {
         result["name"] for result in server_results if result.get("action") in ("launched", "relaunched")}
     return [result["name"] for result in wait_results or []
-            if result["status"] in ROLLBACK_STATUSES and (changed is None or result["name"] in changed)]
+            if result["status"] in ROLLBACK_STATUSES and (changed is None or result["name"] in changed)
+            and not (result["status"] == "stalled" and not result.get("killed_pids"))]
 
 
 def rollback_outcomes(server_results, wait_results, reasons=None):
@@ -142,16 +148,28 @@ def rollback_outcomes(server_results, wait_results, reasons=None):
         rollback = result.get("rollback") or {}
         waited = waits.get(result["name"]) or {}
         outcomes.append({"name": result["name"], "to_run_id": rollback.get("to_run_id"),
-                         "to_time": rollback.get("to_time"), "error": rollback.get("error") or result.get("error"),
+                         "to_time": rollback.get("to_time"), "key_status": rollback.get("key_status"),
+                         "error": rollback.get("error") or result.get("error"),
                          "status": waited.get("status") or ("down" if result.get("down") else "stopped"),
                          "msg": waited.get("msg"), "reason": (reasons or {}).get(result["name"])})
     return outcomes
+
+
+# Which key a rolled-back server serves with (by name: never the value), from the server module's rollback.key_status.
+ROLLBACK_KEY_WORDS = {
+    "current": "with the current sglang_api_key",
+    "rekeyed": "with the current sglang_api_key (put in place of the older key its last good script had)",
+    "removed": "without an API key, as sglang_api_key is unset now (its last good script had one: removed)",
+    "none": "without an API key (sglang_api_key is unset)",
+}
 
 
 def _rollback_words(outcome):
     if outcome["to_run_id"] is None:
         return outcome["error"] or "no last good configuration: left stopped"
     where = f"rolled back to the configuration of run {outcome['to_run_id'][:8]} of {_when(outcome['to_time'])}"
+    if outcome.get("key_status"):
+        where += " " + ROLLBACK_KEY_WORDS[outcome["key_status"]]
     if outcome["status"] == "ready":
         return f"{where}: ready again"
     return f"{where}, which failed too (not retried): {outcome['msg'] or outcome['error'] or outcome['status']}"

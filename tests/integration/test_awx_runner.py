@@ -308,7 +308,9 @@ def test_survey_answers_as_awx_passes_them_reach_the_role(sim_host, tmp_path):
 
 def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_over(sim_host, tmp_path,
                                                                                       wait_until):
-    slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="6")}
+    # Wait slices of 1 s: the slice in flight when the job is canceled runs to its end on the host, and must end
+    # before the servers are ready (the run's last slice would give the host back itself).
+    slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="6"), "relaunch_progress_interval": 1}
     canceled = AwxJob(sim_host, tmp_path, 4301, "playbooks/relaunch.yml",
                       survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2),
                       host_vars=slow).start()

@@ -231,7 +231,11 @@ def test_scripts_that_carry_a_secret_are_never_written_readable_by_others(ansibl
     assert refused["failed"] and refused["msg"].startswith("mode 0750 lets the group or others read scripts that "
                                                            "carry secrets"), refused["msg"]
     assert not (tmp_path / "bin").exists(), "nothing was written"
-    written = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [script], "mode": "0750"})
+    # The key in the script makes it one with secrets, listed or not; a script without any may have any mode.
+    unlisted = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [script], "mode": "0750"})
+    assert unlisted["failed"] and not (tmp_path / "bin").exists()
+    plain = dict(script, content="#!/bin/sh\nexec x --port 30000\n")
+    written = ansible.module("gpuops.sglang.launch_scripts", {"scripts": [plain], "mode": "0750"})
     assert written["changed"] and os.stat(script["path"]).st_mode & 0o777 == 0o750, "without secrets the mode is free"
 
 
@@ -250,7 +254,8 @@ class _Squatter(http.server.BaseHTTPRequestHandler):
 
 def test_a_process_squatting_the_port_is_never_believed_nor_sent_the_key(ansible, host_args, make_server):
     # SGLang binds its port only after loading its weights: until then anyone may bind it and answer 200.
-    server = make_server("gpu0", [0], time_scale=3)
+    # Slow to load (its own bind comes minutes later): the squatter is found first however loaded the machine is.
+    server = make_server("gpu0", [0], time_scale=60)
     launched = ansible.module(SERVER, dict(host_args, servers=[server], state="restarted"))
     assert not launched.get("failed"), launched.get("msg")
     squatter = http.server.ThreadingHTTPServer(("127.0.0.1", server["port"]), _Squatter)

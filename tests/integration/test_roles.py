@@ -11,6 +11,7 @@ import stat
 import subprocess
 
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils import run_lock
 
 from .conftest import PYTHON, SGLANG_SIM
 
@@ -98,10 +99,23 @@ def test_invalid_settings_fail_naming_the_value_before_anything_is_written(sim_h
 
 
 def test_deploy_is_idempotent_and_reports_only_changed_scripts(sim_host):
+    # Another run (a relaunch) holds the host: the deploy waits for it, and writes nothing while it holds it.
+    state_dir = str(sim_host.dir / "state")
+    os.makedirs(state_dir, exist_ok=True)
+    holder = {"run_id": "a-relaunch-run", "controller": "another-controller", "controller_pid": 4242, "user": "ops"}
+    assert run_lock.try_claim(state_dir, holder, lease_seconds=600) == (True, None)
+    held = sim_host.run("deploy", {"relaunch_lock_timeout": 1})
+    assert held.rc != 0 and not sim_host.script_dir.exists()
+    assert "host held by run a-relaunch-run (user ops on controller another-controller pid 4242" in \
+        held.task("Hold the host for this run")[-1]["msg"]
+    assert run_lock.release(state_dir, "a-relaunch-run")
+
     first = sim_host.run("deploy")
     assert first.rc == 0 and first.stats["changed"] == 1
     assert first.task("Write all launch scripts")[0]["changed_scripts"] == [f"gpu{index}" for index in range(8)]
     assert sorted(os.listdir(sim_host.script_dir)) == [f"gpu{index}.sh" for index in range(8)]
+    assert first.task("Write all launch scripts")[0]["released"] is True
+    assert not os.path.exists(os.path.join(state_dir, run_lock.LEASE_NAME)), "the write gave the host back"
 
     again = sim_host.run("deploy")
     assert again.rc == 0 and again.stats["changed"] == 0

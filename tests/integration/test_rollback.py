@@ -1,6 +1,7 @@
 """Fail safe (issue: canary first, and roll back to the last configuration that came up), end to end on a
 simulated host through ansible-playbook."""
 
+import hashlib
 import json
 import os
 
@@ -21,14 +22,16 @@ def state(sim_host, name):
 
 
 def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_traceback(sim_host):
-    # The seed case: TP=8, EAGLE3 added to a working configuration, the draft worker crashes while it starts.
-    settings = {"sglang_tp_size": 8}
+    # The seed case: TP=8, EAGLE3 added to a working configuration, the draft worker crashes while it starts. The
+    # API key was rotated in the same run: the configuration rolled back to serves with the new key, never the old.
+    settings = {"sglang_tp_size": 8, "sglang_api_key": "rotated-away-key"}
     assert sim_host.run("relaunch", settings).rc == 0
     good = state(sim_host, "gpu0-7")
     good_script = sim_host.script("gpu0-7").read_text()
 
     eagle = dict(settings, sglang_speculative=dict(EAGLE3, draft_model_path=sim_host.host_vars["sglang_model_path"]),
-                 sglang_env=dict(sim_host.host_vars["sglang_env"], SGLANG_SIM_FAULT="draft_crash"))
+                 sglang_env=dict(sim_host.host_vars["sglang_env"], SGLANG_SIM_FAULT="draft_crash"),
+                 sglang_api_key="current-key")
     failed = sim_host.run("relaunch", eagle)
     assert failed.rc != 0
     [message] = failures(failed)
@@ -36,12 +39,20 @@ def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_
     assert 'File "' in message and 'in load_weights' in message, "the traceback tail is in the failure"
     assert message.splitlines()[-1].startswith(
         f"gpu0-7: the new configuration failed; rolled back to the configuration of run {good['run_id'][:8]}")
-    assert message.endswith(": ready again")
+    assert message.endswith(" with the current sglang_api_key (put in place of the older key its last good script "
+                            "had): ready again")
     assert "rolled back:" in summary(failed)
 
     now = state(sim_host, "gpu0-7")
-    assert now["pid"] != good["pid"] and now["script_sha256"] == good["script_sha256"], "the old configuration serves"
-    assert sim_host.script("gpu0-7").read_text() == good_script, "the script on disk is the good one again"
+    restored = sim_host.script("gpu0-7").read_text()
+    # The good script again, its --api-key now last and holding today's key (words compared: the order moved).
+    assert sorted(restored.split()) == sorted(good_script.replace("rotated-away-key", "current-key").split())
+    assert "rotated-away-key" not in restored and restored.endswith("    --api-key current-key\n")
+    assert now["pid"] != good["pid"] and now["script_sha256"] == hashlib.sha256(restored.encode()).hexdigest()
+    with open(f"/proc/{now['pid']}/cmdline", "rb") as handle:
+        assert b"current-key" in handle.read(), "it serves with the current key"
+    for kept in (sim_host.dir / "state" / "last-good").iterdir():
+        assert "rotated-away-key" not in kept.read_text(), f"{kept} keeps the key rotated away"
     assert "--speculative-algorithm" not in good_script
     lines = [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
     outcomes = [line["servers"]["gpu0-7"]["outcome"] for line in lines if line["job"] == "relaunch"]
@@ -103,6 +114,16 @@ def test_rollback_off_leaves_the_failed_server_as_it_failed(sim_host):
                                     "sglang_extra_args": {"no_such_flag": True}})
     assert off.rc != 0 and not off.task("Relaunch them with their last good configuration")
     assert "rolled back" not in "\n".join(failures(off))
+
+    # relaunch_kill_stalled false: a stalled server is reported and left as found, never killed by a rollback.
+    hung = sim_host.run("relaunch", {"sglang_gpu_count": 1, "relaunch_kill_stalled": False, "relaunch_stall_timeout": 2,
+                                     "sglang_env": dict(sim_host.host_vars["sglang_env"],
+                                                        SGLANG_SIM_FAULT="hang_after_weights")})
+    assert hung.rc != 0
+    [message] = failures(hung)
+    assert message.startswith("gpu0 stalled in loading_weights") and "not killed: kill_stalled is false" in message
+    assert "rolled back" not in message and not hung.task("Relaunch them with their last good configuration")
+    assert os.path.exists(f"/proc/{state(sim_host, 'gpu0')['pid']}"), "still running, as it stalled"
 
 
 def test_a_canary_whose_throughput_regresses_is_rolled_back_before_the_others_are_touched(sim_host):

@@ -10,6 +10,8 @@ the scaled-down picture of generations longer than a 30 s stop_timeout.
 
 import http.client
 import json
+import os
+import signal
 import threading
 
 import pytest
@@ -177,10 +179,15 @@ def test_an_unreachable_router_fails_the_run_before_any_server_is_touched(fleet)
     assert pids(sim_host) == before
 
 
-def test_a_server_the_router_does_not_take_back_fails_the_run_and_halts_the_next_batches(fleet):
-    # The router cannot reach 127.0.0.2 (the servers listen on 127.0.0.1): its add jobs never succeed.
+def test_a_server_the_router_does_not_take_back_fails_the_run_and_halts_the_next_batches(fleet, wait_until):
+    # The router cannot reach 127.0.0.2 (the servers listen on 127.0.0.1): its add jobs never succeed. gpu0 and gpu1
+    # crashed, so the relaunch launches them anew, which puts them into the router.
     sim_host, router, _client = fleet
     before = pids(sim_host)
+    for name in ("gpu0", "gpu1"):
+        os.killpg(state(sim_host, name)["pgid"], signal.SIGKILL)
+    wait_until(lambda: not any(os.path.exists(f"/proc/{before[name]}") for name in ("gpu0", "gpu1")), timeout=10,
+               what="gpu0 and gpu1 gone")
     result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url,
                                            sglang_router_worker_host="127.0.0.2", relaunch_router_timeout=3))
     assert result.rc != 0
@@ -216,12 +223,34 @@ def test_the_router_key_is_never_shown_and_a_wrong_one_fails_before_anything_is_
     assert leaks(router.log(), [key]) == []
 
 
-def test_without_a_drain_a_server_still_leaves_the_router_before_its_sigterm(fleet):
+def test_without_a_drain_a_server_still_leaves_the_router_before_its_sigterm_and_one_taken_out_stays_out(fleet):
     sim_host, router, client = fleet
+    url = {f"gpu{index}": f"http://127.0.0.1:{sim_host.port(index)}" for index in range(8)}
+    client.remove(url["gpu3"])  # an operator takes gpu3 out of the router
+
+    def listed():
+        return sorted(name for name, server_url in url.items()
+                      if any(worker.healthy for worker in client.find(server_url)))
+
     result = sim_host.run("relaunch", dict(SETTINGS, sglang_router_url=router.url, relaunch_drain_timeout=0,
                                            relaunch_batch_size=8))
-    assert result.rc == 0, result.stdout[-4000:]
+    assert result.rc == 0, result
     [task] = result.task("Bring servers")
     for server in task["servers"]:
-        assert server["drain"] is None and len(server["router"]["removed_ids"]) == 1, server
-    assert sum(worker.healthy for worker in client.workers()) == 8
+        assert server["drain"] is None and len(server["router"]["removed_ids"]) == (server["name"] != "gpu3"), server
+    [wait] = result.task("Wait until the launched servers are ready")
+    assert [server["name"] for server in wait["servers"] if server["router"]["left_out"]] == ["gpu3"]
+    assert listed() == [name for name in url if name != "gpu3"], "relaunched, gpu3 not put back"
+    [summary] = result.task("Summary")
+    assert "router: left out as found (not in it, and not taken out by this deployment; add them back yourself): " \
+           "gpu3" in summary["msg"]
+    assert "router: 7/7 ready servers back in it, healthy" in summary["msg"]
+
+    # The next run changes nothing: a server taken out after the last one stays out too, gpu3 still.
+    client.remove(url["gpu5"])
+    again = sim_host.run("relaunch", dict(SETTINGS, relaunch_state="started", sglang_router_url=router.url,
+                                          relaunch_batch_size=8))
+    assert again.rc == 0, again
+    [wait] = again.task("Wait until the launched servers are ready")
+    assert [server["name"] for server in wait["servers"] if server["router"]["left_out"]] == ["gpu3", "gpu5"]
+    assert listed() == [name for name in url if name not in ("gpu3", "gpu5")]

@@ -325,6 +325,8 @@ def build_parser():
     add("--decode-log-interval", type=int, default=40)
     add("--stream-interval", type=int, default=1)
     add("--api-key")
+    add("--admin-api-key")
+    add("--ssl-keyfile-password")
     add("--served-model-name")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
     add("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"])

@@ -122,3 +122,17 @@ def test_router_settings_are_checked_with_the_names_the_caller_uses():
     assert problems[0].startswith("sglang_router_url '10.0.0.2:8000' is not an http(s)://host[:port] URL")
     assert problems[1].startswith("sglang_router_worker_host is required with sglang_router_url when the servers "
                                   "listen on '0.0.0.0'")
+
+
+@pytest.mark.parametrize("behind_router, action, removed_ids, recorded, owed", [
+    (True, "launched", None, None, True),  # a new server joins the router
+    (True, "relaunched", ["4b1e"], {"router_add": False}, True),  # this run took it out
+    (True, "relaunched", [], {"router_add": True}, True),  # an earlier run took it out and did not put it back
+    (True, "relaunched", [], {"router_add": False}, False),  # found outside the router: an operator's choice
+    (True, "relaunched", [], {}, False),  # a state file written before router_add
+    (False, "launched", None, None, False),  # no router: nothing owed, whatever a router later finds
+    (False, "relaunched", None, {"router_add": True}, False),
+])
+def test_a_server_is_owed_a_place_in_the_router_only_if_this_deployment_took_it_or_launched_it(
+        behind_router, action, removed_ids, recorded, owed):
+    assert draining.owes_router(behind_router, action, removed_ids, recorded) is owed

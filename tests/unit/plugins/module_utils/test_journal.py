@@ -34,6 +34,20 @@ def test_append_read_and_merge_runs(tmp_path):
     assert merged["facts"] == {"max_running_requests": 32} and merged["probe"] == {"output_tok_s": 1280.0}
 
 
+def test_credentials_never_reach_the_journal_and_old_lines_are_scrubbed_when_read(tmp_path):
+    state_dir = str(tmp_path)
+    raw = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--hf-token": "hf_flag"},
+           "env": {"HF_TOKEN": "hf_env"}}
+    # A line of an older version, which did not count --hf-token as a credential.
+    (tmp_path / journal.JOURNAL_NAME).write_text(json.dumps(line("old", {"gpu0": entry(settings=raw)})) + "\n")
+    assert journal.append(state_dir, journal.run_header(state_dir, "relaunch", "new"),
+                          {"gpu0": dict(entry(settings=raw), error="crashed: --hf-token hf_error")}) is None
+    written = (tmp_path / journal.JOURNAL_NAME).read_text().splitlines()[1]
+    read = journal.read_records(state_dir)
+    assert "hf_" not in written + json.dumps(read)
+    assert read[0]["servers"]["gpu0"]["settings"]["flags"] == {"--model-path": "/m/a", "--hf-token": "********"}
+
+
 def test_header_names_who_ran_it_from_the_lease(tmp_path):
     state_dir = str(tmp_path)
     run = {"run_id": "r1", "controller": "laptop", "controller_pid": 1, "user": "ops", "awx_job_id": "42"}

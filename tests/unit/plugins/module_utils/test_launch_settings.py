@@ -5,6 +5,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings impo
     change_text,
     model_of,
     read_settings,
+    script_credentials,
     setting_changes,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import REDACTED
@@ -47,6 +48,18 @@ def test_keys_are_hidden():
     assert settings["flags"]["--api-key"] == REDACTED
     assert settings["env"]["HF_TOKEN"] == REDACTED
     assert "s3cr3t" not in repr(settings)
+
+
+def test_credentials_of_env_and_extra_args_are_hidden_and_found():
+    script = SCRIPT.replace("    --enable-metrics\n", "    --enable-metrics \\\n    --admin-api-key 'adm in' \\\n"
+                            "    --hf-token=hf_flag \\\n    --bucket-time-to-first-token 0.1\n")
+    script = script.replace("export NOTE=", "export TOKENIZERS_PARALLELISM=false\nexport NOTE=")
+    settings = read_settings(script)
+    assert settings["flags"]["--admin-api-key"] == settings["flags"]["--hf-token"] == REDACTED
+    assert settings["flags"]["--bucket-time-to-first-token"] == "0.1"
+    assert settings["env"]["TOKENIZERS_PARALLELISM"] == "false", "a name with TOKEN inside is no credential"
+    assert script_credentials(script) == ["hf_abcdef", "s3cr3t key", "adm in", "hf_flag"]
+    assert script_credentials("#!/bin/sh\nexport HF_TOKEN=\n") == []
 
 
 def test_flag_with_equals_sign():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -9,12 +10,18 @@ import sys
 import jinja2
 import pytest
 import yaml
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    script_credentials,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import REDACTED
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     HOST_SETTINGS,
     SERVER_SETTINGS,
     LaunchScriptError,
+    api_key_problem,
     cache_dirs,
     launch_argv,
+    launch_credentials,
     launch_env,
     local_model_paths,
     parse_version,
@@ -149,7 +156,7 @@ def test_a_script_needs_the_state_dir_of_its_deployment():
     ({"model_pa": "/m"}, "extra arg 'model_pa' abbreviates .* --model-path, .*; set sglang_model_path"),
     ({"mem_fraction": 0.8}, "extra arg 'mem_fraction' abbreviates .* --mem-fraction-static, .*sglang_mem_fraction_static"),
     ({"api_key": "k"}, "extra arg 'api_key' is --api-key, .*; set sglang_api_key"),
-    ({"admin-api-key": "k"}, "extra arg 'admin-api-key' is --admin-api-key, .*; set sglang_api_key"),
+    ({"served_model_name": "m"}, "extra arg 'served_model_name' is --served-model-name, .*sglang_served_model_name"),
     ({"speculative_draft_model": "/d"}, "is --speculative-draft-model, .*sglang_speculative.draft_model_path"),
     ({"speculative_num": 3}, "abbreviates .* --speculative-num-steps, .*sglang_speculative.num_steps"),
     ({"mamba_radix_cache_strategy": "auto"}, "--mamba-radix-cache-strategy, .*sglang_mamba_scheduler_strategy"),
@@ -186,6 +193,14 @@ def test_an_api_key_no_http_client_could_send_is_refused_without_showing_it(api_
     assert api_key not in str(refused.value)
 
 
+@pytest.mark.parametrize("character, refused", [
+    ("\x00", True), ("\x1f", True), (" ", False), ("~", False), ("\x7f", True),
+], ids=["NUL", "US (31)", "space (32)", "tilde (126)", "DEL (127)"])
+def test_control_characters_end_below_space_and_at_del(character, refused):
+    problem = api_key_problem(f"sk-{character}key")
+    assert (problem is not None and "control character" in problem) is refused
+
+
 def _render_script(server, settings):
     """launch.sh.j2 rendered as the role does (its filters, Ansible's quote = shlex.quote)."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROLE_DIR, "templates")),
@@ -210,6 +225,30 @@ def test_an_api_key_reaches_the_server_byte_exact_through_sh(tmp_path, api_key):
     argv, env = json.loads(started.stdout)
     assert argv[argv.index("--api-key") + 1] == api_key and argv.count("--api-key") == 1
     assert env["GPUOPS_SGLANG_SERVER"] == "gpu3" and env["GPUOPS_SGLANG_STATE_DIR"] == "/var/lib/gpuops-sglang"
+
+
+def test_the_role_hides_the_credentials_the_host_finds_in_the_scripts():
+    # One rule on both sides: what the role keeps out of its output (no_log) is what the modules hide by value.
+    settings = dict(SETTINGS, api_key="k1", env={"HF_TOKEN": "hf_1", "TOKENIZERS_PARALLELISM": "false"},
+                    extra_args={"admin_api_key": "adm", "hf_token": ["t1"], "bucket_time_to_first_token": [0.1, 0.5]})
+    server = dict(SERVER, env={"WANDB_API_KEY": "w1"}, extra_args={"ssl_keyfile_password": "pw"})
+    script = _render_script(server, settings)
+    assert "--admin-api-key adm \\\n" in script, "--admin-api-key is an extra arg like any other"
+    assert launch_credentials([server], settings) == sorted(script_credentials(script)) == sorted(
+        ["k1", "hf_1", "w1", "adm", "t1", "pw"])
+    assert launch_credentials([server]) == ["pw", "w1"], "the servers' own"
+    assert launch_credentials(None) == []
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("-hf_secret", f"extra arg 'hf_token': value {re.escape(REDACTED)} would be parsed as a flag"),
+    ({"hf_secret": 1}, f"extra arg 'hf_token': {re.escape(REDACTED)} is not a string or number"),
+    (["hf_secret", "hf_secret2"], "extra arg 'hf_token' is a credential: give it one value, not a list"),
+])
+def test_a_refused_credential_extra_arg_is_not_repeated(value, expected):
+    with pytest.raises(LaunchScriptError, match=expected) as refused:
+        launch_argv(SERVER, dict(SETTINGS, extra_args={"hf_token": value}))
+    assert "hf_secret" not in str(refused.value)
 
 
 def test_the_role_hands_over_every_setting_a_server_may_override():

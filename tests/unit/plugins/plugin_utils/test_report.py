@@ -152,6 +152,12 @@ def test_summary_says_how_servers_drained_and_whether_the_router_took_them_back(
          "flight, which failed: gpu2 (3 requests)"),
         "router: 2/3 ready servers back in it, healthy; NOT back: gpu1 (still pending)",
     ]
+    # A server found outside the router (an operator took it out) is named, not counted among those back.
+    left_out = dict(WAITS[0], name="gpu2", router=dict(routed, worker_id=None, healthy=False, left_out=True))
+    assert relaunch_summary(SERVERS, server_results, waits[:2] + [left_out])[6:] == [
+        "router: left out as found (not in it, and not taken out by this deployment; add them back yourself): gpu2",
+        "router: 1/2 ready servers back in it, healthy; NOT back: gpu1 (still pending)",
+    ]
     # Without a drain or a router, nothing is said.
     assert not any(line.startswith(("drained", "router")) for line in relaunch_summary(
         SERVERS, [{"name": "gpu0", "action": "relaunched"}], WAITS))

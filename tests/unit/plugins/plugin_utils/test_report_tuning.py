@@ -119,9 +119,11 @@ def test_probe_settings_are_checked_before_anything_is_touched():
 
 
 def test_rollback_candidates_and_throughput_regressions():
-    waits = [{"name": name, "status": status} for name, status in
+    waits = [{"name": name, "status": status, "killed_pids": [7]} for name, status in
              (("a", "ready"), ("b", "crashed"), ("c", "stalled"), ("d", "timeout"), ("e", "replaced"))]
     assert rollback_candidates(waits) == ["b", "c", "d"], "a server another run replaced is not ours to roll back"
+    left_running = dict(waits[2], killed_pids=[], not_killed="kill_stalled is false")
+    assert rollback_candidates(waits[:2] + [left_running]) == ["b"], "a stalled server the wait did not kill stays"
     actions = [{"name": name, "action": action} for name, action in
                (("a", "relaunched"), ("b", "relaunched"), ("c", "unchanged"), ("d", "launched"), ("e", "relaunched"))]
     assert rollback_candidates(waits, actions) == ["b", "d"], "a server this run left unchanged is not rolled back"
