@@ -4,7 +4,7 @@
 
 A Ctrl-C on the controller or a dropped SSH/pct connection kills the module process; if the sequence
 ran in it, servers stopped by then would stay down. So the module forks a worker in a session of its
-own (no terminal, stdin/stdout/stderr on /dev/null, SIGHUP and SIGINT ignored) that runs the sequence
+own (no terminal, stdin/stdout/stderr on /dev/null, deaf to SIGHUP and SIGINT) that runs the sequence
 to the end and records its progress and result in ``<state_dir>/jobs/<job_id>.json``. The module - and
 any later call, of this run or of the next one - only reads that record.
 """
@@ -94,9 +94,28 @@ def start(state_dir, job_id, work, meta, keep_fds=()):
         os._exit(0)
 
 
+def _set_worker_signals():
+    """The worker outlives a hang-up or Ctrl-C of the connection that started it, yet every process it starts (a
+    server above all: SGLang's own Ctrl-C and hang-up handling) begins with SIGHUP and SIGINT at their defaults.
+    So it catches them with a handler that does nothing instead of ignoring them: exec resets a caught signal to
+    its default but keeps an ignored one ignored. What it inherited ignored or blocked (nohup, a shell's background
+    job) goes back to the default too; SIGPIPE and SIGXFSZ, which Python ignores for itself, subprocess restores in
+    each child (restore_signals)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())  # before any thread: every later one and every child inherit it
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _do_nothing)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def _do_nothing(signum, frame):
+    pass
+
+
 def _run_worker(state_dir, record, work, keep_fds):
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
+    _set_worker_signals()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

@@ -79,6 +79,8 @@ class DetachedLauncher:
         try:
             # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
             # Not run_command: that waits for the child, and this child is the long-running server.
+            # Every signal at its default, none blocked: the worker that runs this catches SIGHUP and SIGINT rather
+            # than ignoring them (host_job._set_worker_signals), so exec resets them; restore_signals does SIGPIPE.
             process = subprocess.Popen(  # pylint: disable=ansible-bad-function
                 [script], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                 cwd=os.path.dirname(script) or None, env=env, close_fds=True, start_new_session=True)

@@ -429,6 +429,8 @@ def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, l
         return holder if holder and holder in workers else None
 
     holder_pid = wait_until(worker_holds_the_lock, what="the first run's worker to hold the lock")
+    for hang_up in (signal.SIGHUP, signal.SIGINT):  # a dropped connection or a Ctrl-C: the worker goes on
+        os.kill(holder_pid, hang_up)
     second = ansible.start_module(MODULE, dict(host_args, servers=[alpha], lock_timeout=120))
 
     refused = server([alpha], lock_timeout=0)
@@ -461,3 +463,14 @@ def test_launch_is_detached_and_marked(server, make_server, test_token):
     with open(f"/proc/{pid}/environ", "rb") as handle:
         environ = handle.read().split(b"\0")
     assert b"GPUOPS_SGLANG_SERVER=alpha" in environ and b"SPT_NOENV=1" in environ
+    # Every signal at its default, none blocked (the worker that launched it keeps SIGHUP and SIGINT away from
+    # itself): SGLang's own Ctrl-C and hang-up handling must work.
+    assert signals_in_mask(pid, "SigIgn") == signals_in_mask(pid, "SigBlk") == set()
+
+
+def signals_in_mask(pid, field):
+    """Names of the signals in a mask of /proc/<pid>/status (SigIgn: ignored, SigBlk: blocked)."""
+    with open(f"/proc/{pid}/status") as handle:
+        mask = next(int(line.split()[1], 16) for line in handle if line.startswith(field + ":"))
+    names = {sig.value: sig.name for sig in signal.Signals}
+    return {names.get(number, str(number)) for number in range(1, 65) if mask >> (number - 1) & 1}

@@ -1875,10 +1875,17 @@ class Server:
         self.log.info(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         threading.Thread(target=self.warmup, daemon=True).start()
+        # As asyncio's loop.add_signal_handler: the kernel hands a process's signal to any thread that does not
+        # block it (one just starting for a connection takes it as easily as the main thread), while Python runs
+        # the handler only in the main thread, once that thread wakes up. In signal.pause() it never did (the
+        # handler waited for the SIGKILL); the wakeup fd, written wherever the signal lands, wakes it.
+        wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        signal.set_wakeup_fd(wakeup_w)
         if "ignore_sigterm" not in SIM.faults:
             signal.signal(signal.SIGTERM, self.on_sigterm)
         while True:
-            signal.pause()
+            os.read(wakeup_r, 512)  # Python runs pending handlers when it returns
 
     def warmup(self):
         try:
