@@ -308,17 +308,18 @@ def _dead(facts):
 class State(collections.namedtuple("State", "decided ready failing names_phase_reached sentence progress")):
     """What a status means and how it is said.
 
-    decided: a verdict; the wait stops watching the server. ready: it serves. failing: nothing of it serves,
-    or something of it is left behind (the wait, or the status playbook through fleet_problems, fails on it).
-    names_phase_reached: its report names the last startup phase reached, which a crash or a hang interrupted,
-    not the log's current phase ("crashed").
+    decided: a verdict; the wait stops watching the server. ready: it serves; the wait (outside check mode)
+    fails on every server that is not ready, failing or not (readiness.finish). failing: nothing of it serves,
+    or something of it is left behind; the status playbook fails on it (report.fleet_problems).
+    names_phase_reached: the wait's report and the status playbook's message name the last startup phase
+    reached, which a crash or a hang interrupted, not the log's current phase ("crashed").
     sentence(facts): the one-sentence msg about the server; facts are its report (name, pid, log_path, phase,
     component, progress, health, error, exit_status, killed_pids, not_killed, seconds_to_ready, processes),
     the verdict's details and what only the host knows (silent_for, last_activity_line, timeout, health_path,
     replaced_by, ready_after). None: never said in a msg.
     progress: its part of the wait's progress line, with {name}, {phase} (in words), {counter} (`` 37/64``)
-    and {killed} (`` (killed)``); None: only counted in the line's head (ready), or never in a wait
-    (server_info's own states).
+    and {killed} (`` (killed)``); None: not in the line: ready (counted in its head), unrouted (neither
+    counted nor shown; the wait's msg says it), or never in a wait (server_info's own states).
     """
 
     __slots__ = ()

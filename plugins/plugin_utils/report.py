@@ -528,7 +528,8 @@ def history_table(runs):
 
 
 def fleet_problems(info_results):
-    """One message per server whose server_info status is failing (dead, crashed, orphaned), with its exception line."""
+    """One message per server whose server_info status is failing (dead, crashed, orphaned, foreign_listener,
+    misconfigured, ...: STATES), with its exception line."""
     problems = []
     for info in info_results or []:
         state = STATES.get(info.get("status"))

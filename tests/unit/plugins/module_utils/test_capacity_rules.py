@@ -253,6 +253,22 @@ def test_headroom():
         "headroom: 12 running of max_running_requests 48, queue 0, token_usage 0.30")
 
 
+@pytest.mark.parametrize("on_it, below, bound", [
+    # 95 of 100 running is AT_LIMIT (0.95) of the limit.
+    ({"running": 95, "token_usage": 0.4}, {"running": 94}, "request_limit"),
+    ({"running": 20, "token_usage": 0.9}, {"token_usage": 0.89}, "kv"),
+    ({"running": 20, "token_usage": 0.4, "mamba_usage": 0.9}, {"mamba_usage": 0.89}, "mamba"),
+], ids=["at the request limit", "KV full", "mamba full"])
+def test_a_gauge_exactly_on_its_threshold_counts_as_reaching_it(on_it, below, bound):
+    assert judge(server(queue=3, max_running_requests=100, **on_it))["bound"] == bound
+    assert judge(server(queue=3, max_running_requests=100, **dict(on_it, **below)))["bound"] == "queueing"
+
+
+def test_kv_advice_leaves_a_mamba_pool_alone_that_is_exactly_full():
+    assert judge(server(30, 7, token_usage=0.95, mamba_usage=0.9))["advice"] == KV_ADVICE
+    assert "a smaller mamba pool" in judge(server(30, 7, token_usage=0.95, mamba_usage=0.89))["advice"]
+
+
 def test_missing_pool_gauges_leave_them_out():
     snapshot = CapacitySnapshot(gauges={"num_running_reqs": 12.0, "num_queue_reqs": 0.0}, max_mamba_cache_size=400)
     assert said(snapshot) == "headroom: 12 running, queue 0"
@@ -348,6 +364,16 @@ def test_snapshot_of_server_facts_selection_launch_flags_and_log_facts():
         "max_mamba_cache_size": 240, "mamba_strategy": "extra_buffer", "speculative": False,
         "radix_cache_disabled": False, "overlap_disabled": True, "dp_size": 2, "version": (0, 5, 10),
         "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.8}
+
+
+def test_snapshot_of_reads_radix_cache_and_overlap_schedule_from_get_server_info():
+    server_info = {"version": "0.5.23", "disable_radix_cache": True, "disable_overlap_schedule": True}
+    snapshot = snapshot_of({}, server_info)
+    assert (snapshot.radix_cache_disabled, snapshot.overlap_disabled) == (True, True)
+    # What the server runs with beats the launch script's flags.
+    settings = {"flags": {"--disable-radix-cache": True, "--disable-overlap-schedule": True}}
+    snapshot = snapshot_of({}, {"disable_radix_cache": False, "disable_overlap_schedule": False}, settings)
+    assert (snapshot.radix_cache_disabled, snapshot.overlap_disabled) == (False, False)
 
 
 def test_snapshot_of_nothing_known():

@@ -1,6 +1,13 @@
 """The readiness rules on constructed observations (no process, no server, no clock), and the words of each state."""
 
+import json
+
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils import readiness_rules
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    ServerTracker,
+    finish,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     CRASH_GRACE_SECONDS,
     SERVER_INFO_RULES,
@@ -8,8 +15,16 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     STILL_READY_RULES,
     WAIT_RULES,
     Observation,
+    Verdict,
+    count_ready,
     decide,
     stall_suspected_since,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (
+    format_wait_progress,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
+    fleet_problems,
 )
 
 NOW = 100_000.0
@@ -268,3 +283,115 @@ def test_a_port_another_process_listens_on_is_never_ready():
     sentence = STATES["foreign_listener"].sentence({"name": "gpu1", **squatted})
     assert sentence == ("port 30001 is answered by foreign process 4242 (user nobody), not by gpu1: no request was "
                         "sent to it, nothing of it counts as the server's answer")
+
+
+# ---- every column of STATES against the code that reads it -----------------------------------------
+# What the code does with each state is written out here: the code reads the table, so a column flipped in the
+# table changes the code with it and only an expectation of its own tells.
+
+# A look that each rule fires on.
+FIRING = {
+    readiness_rules.replaced: look(recorded_pid=43),
+    readiness_rules.answered_by_another: look(foreign_listener="port 30007 is answered by foreign process 4242"),
+    readiness_rules.answered_ready: look(answer=answer(200)),
+    readiness_rules.rank_ready: look(placeholder_health=True, log_phase="ready"),
+    readiness_rules.process_gone: look(main_alive=False),
+    readiness_rules.crashed_in_log: look(log_phase="crashed", snapshot=True),
+    readiness_rules.health_path_missing: look(answer=answer(404)),
+    readiness_rules.stalled: look(answer=answer(503), answer_sent_at=NOW, **SILENT),
+    readiness_rules.timed_out: look(now=NOW + 1000),
+    readiness_rules.stopped_answering: look(answer=REFUSED),
+    readiness_rules.orphaned: look(main_alive=False, processes_alive=True),
+    readiness_rules.stopped: look(main_alive=None, state_recorded=False),
+    readiness_rules.dead: look(main_alive=False),
+}
+# The states the status playbook fails on (report.fleet_problems), and those whose report names the startup
+# phase reached rather than the log's phase.
+FAILING = {"crashed", "stalled", "timeout", "replaced", "foreign_listener", "misconfigured", "orphaned", "dead"}
+NAMES_PHASE_REACHED = {"crashed", "stalled", "dead"}
+# Everything a state's sentence may ask of a server's report; its log reached loading_weights, then crashed.
+REPORTED = facts(processes=[{"pid": 43}], silent_for=601.0, last_activity_line="Load weight begin.", timeout=60.0,
+                 health_path="/health", replaced_by={"pid": 43}, foreign_listener="port 30007 is answered by 4242",
+                 seconds_to_ready=41.0, router_error="refused", node_rank=None,
+                 log={"phase": "crashed", "component": "target", "error": OOM, "timeline": [
+                     {"phase": "loading_weights", "component": "target"}, {"phase": "crashed", "component": "target"}]})
+
+
+def verdicts(rules):
+    return {rule(FIRING[rule]).status for rule in rules}
+
+
+def test_the_decided_states_are_the_verdicts_of_the_rules_and_of_the_router_check():
+    assert set(FIRING) == set(WAIT_RULES + STILL_READY_RULES + SERVER_INFO_RULES), "a rule without a look"
+    # unrouted: a ready server the router did not take back (readiness.register_ready).
+    decided = verdicts(WAIT_RULES + STILL_READY_RULES + SERVER_INFO_RULES) | {"unrouted"}
+    assert {name for name, state in STATES.items() if state.decided} == decided
+
+
+def test_a_state_has_a_sentence_when_some_msg_says_it():
+    # The wait's verdicts and its own states (a snapshot's starting, unrouted), and what the status playbook fails on.
+    said = verdicts(WAIT_RULES + STILL_READY_RULES) | {"starting", "unrouted"} | FAILING
+    assert {name for name, state in STATES.items() if state.sentence} == said
+
+
+@pytest.mark.parametrize("status", sorted(STATES))
+def test_the_wait_fails_on_every_state_but_ready_and_check_mode_on_none(status):
+    report = {"name": "gpu7", "status": status, "msg": f"gpu7 {status}"}
+    result = finish([report], 1.0, check_mode=False)
+    if status == "ready":
+        assert (result["ready"], result["not_ready"], "failed" in result) == (["gpu7"], [], False)
+    else:
+        assert (result["ready"], result["not_ready"], result["failed"]) == ([], ["gpu7"], True)
+    assert count_ready([report]) == (status == "ready")
+    assert not finish([report], 1.0, check_mode=True).get("failed")
+
+
+@pytest.mark.parametrize("status", sorted(STATES))
+def test_the_status_playbook_fails_on_the_failing_states_naming_the_phase_reached_where_the_table_says(status):
+    problems = fleet_problems([dict(REPORTED, status=status)])
+    assert len(problems) == (status in FAILING)
+    if problems:  # where its sentence says a phase: the one reached, else the log's ("crashed")
+        assert ("loading_weights" in problems[0]) == (status in NAMES_PHASE_REACHED), problems[0]
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    """The wait's tracker of server gpu7, whose log reached loading_weights, then crashed (no process, no server);
+    its state file records pid 43, launched by another run."""
+    log = tmp_path / "gpu7.log"
+    log.write_text("[2026-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n"
+                   "[2026-01-01 00:00:01] Scheduler hit an exception: Traceback (most recent call last):\n"
+                   '  File "model_runner.py", line 1, in load_model\n'
+                   "torch.OutOfMemoryError: CUDA out of memory.\n")
+    (tmp_path / "gpu7.json").write_text(json.dumps({"pid": 43, "run_id": "r2"}))
+    options = {"state_dir": str(tmp_path), "started_at": NOW, "timeout": 60, "api_key": None, "host": "127.0.0.1",
+               "health_path": "/health", "probe_timeout": 1, "kill_stalled": False, "check_mode": True}
+    tracker = ServerTracker({"name": "gpu7", "port": 30007, "pid": 42, "log_path": str(log)}, options, None, NOW)
+    tracker.log.read()
+    return tracker
+
+
+@pytest.mark.parametrize("status", sorted(verdicts(WAIT_RULES + STILL_READY_RULES)))
+def test_the_wait_reports_the_phase_reached_where_the_table_says(tracker, status):
+    report = tracker.record(Verdict(status, {"foreign_listener": REPORTED["foreign_listener"]}), NOW)
+    expected = "loading_weights" if status in NAMES_PHASE_REACHED else "ready" if status == "ready" else "crashed"
+    assert report["phase"] == expected
+
+
+def test_no_other_state_names_the_phase_reached():
+    # Where no code reads the column, or nothing shows it: waiting, starting, unrouted and stopped are never
+    # recorded by the wait nor failing, a ready report says "ready", orphaned's sentence names no phase.
+    assert {name for name, state in STATES.items() if state.names_phase_reached} == NAMES_PHASE_REACHED
+
+
+# Shown in the wait's progress line: the states of a server not ready, but unrouted and server_info's own.
+IN_THE_PROGRESS_LINE = {"waiting", "starting", "crashed", "stalled", "timeout", "replaced", "foreign_listener",
+                        "misconfigured"}
+
+
+@pytest.mark.parametrize("status", sorted(STATES))
+def test_the_progress_line_shows_the_states_the_table_gives_words(status):
+    line = format_wait_progress("ct200", [{"name": "gpu7", "status": status, "phase": "loading_weights",
+                                           "component": "target", "progress": {}}])
+    assert ("gpu7" in line) == (status in IN_THE_PROGRESS_LINE), line
+    assert line.startswith("ct200: " + ("1/1" if status == "ready" else "0/1") + " ready")

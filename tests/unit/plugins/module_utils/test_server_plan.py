@@ -48,6 +48,17 @@ def test_a_state_file_from_before_launchers_counts_as_detached():
     assert compare(recorded_settings(recorded()), desired()) == []
 
 
+def test_a_systemd_server_recorded_as_such_is_current_and_stops_through_systemd():
+    systemd = recorded(launcher="systemd", unit_sha256="ccc")
+    assert recorded_settings(systemd)["launcher"] == "systemd"  # the launcher server_control stops it with
+    assert decide("started", desired(launcher="systemd", unit_sha256="ccc"),
+                  Observed(systemd, True, 4242), STATE_FILE).action == "unchanged"
+    # Back to detached: the diff's "before" is the launcher that runs it (and must stop it).
+    decision = decide("started", desired(), Observed(systemd, True, 4242), STATE_FILE)
+    assert (decision.reason, decision.changes) == (
+        "changed: launcher, systemd unit", [("launcher", "systemd", "detached"), ("unit_sha256", "ccc", None)])
+
+
 @pytest.mark.parametrize("change, reason", [
     ({"script_sha256": "bbb"}, "changed: launch script content"),
     ({"port": 30001}, "changed: port"),

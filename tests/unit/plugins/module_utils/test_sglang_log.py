@@ -565,6 +565,17 @@ def test_teardown_traceback_after_the_cause_does_not_replace_it():
     assert result["error"]["summary"].startswith("RuntimeError: NCCL error")
 
 
+def test_an_unindented_source_line_after_a_frame_of_a_traceback_with_header_is_no_exception():
+    # Pasted without indentation: the line after a frame is its source line, the one after that the exception.
+    state = state_after("[2026-01-01 00:00:00] Load weight begin. avail mem=1.00 GB",
+                        "[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                        'File "/sgl/model_runner.py", line 9, in load_model',
+                        "self.model = get_model(config)",
+                        "KeyboardInterrupt")
+    assert state.error["summary"] == "KeyboardInterrupt"
+    assert state.error["traceback"].endswith("self.model = get_model(config)\nKeyboardInterrupt")
+
+
 def test_traceback_without_header_needs_an_exception_line():
     state = state_after('  File "/x/faulthandler.py", line 3 in wrapper', "Extension modules: numpy",
                         "[2026-01-01 00:00:00] Load weight begin. avail mem=1.00 GB")
