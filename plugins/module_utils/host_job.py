@@ -16,7 +16,7 @@ import time
 import traceback
 import uuid
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import procfs, run_lock
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     write_atomic,
@@ -27,6 +27,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
 )
 
 JOBS_DIR = "jobs"
+
+
+class JobError(Exception):
+    """The record of a job is gone (its state dir was removed or replaced)."""
+
 # Finished records kept for the next run to report; older ones are removed.
 KEEP_RECORDS = 20
 POLL_SECONDS = 0.25
@@ -202,3 +207,26 @@ def _prune(state_dir):
                 os.unlink(record_path(state_dir, job_id))
             except OSError:
                 pass
+
+
+def follow_result(state_dir, job_id, until, events_seen=0, run_id=None):
+    """The job's final result (marked reported), or a progress result with ``carry`` while it runs.
+
+    Either carries ``progress``: the latest snapshot, with only the events the caller has not seen.
+    Each call renews the run's lease (``run_id``): the sequence may outlast it otherwise.
+    """
+    if run_id:
+        try:
+            run_lock.renew(state_dir, run_id)
+        except run_lock.RunLockError:
+            pass  # the worker holds the host flock to the end; the next call of the run will say it
+    record = follow(state_dir, job_id, until)
+    if record is None:
+        raise JobError(f"the record of job {job_id} is gone from {state_dir}")
+    progress = dict(record.get("progress") or {})
+    events = progress.get("events") or []
+    progress["events"] = events[events_seen:]
+    if record["status"] == "running":
+        return {"changed": True, "carry": {"job": job_id, "events_seen": len(events)}, "progress": progress}
+    mark_reported(state_dir, record)
+    return dict(record["result"], progress=progress)

@@ -41,7 +41,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import follow
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
 )
@@ -431,13 +430,13 @@ def start_probe(params, check_mode):
                         "kind": "probe"})
     except (OSError, host_job.WorkerNotStarted) as exc:
         raise ProbeError(f"the probe did not start: {exc}")
-    return follow(params["state_dir"], job_id, time.time() + params["progress_interval"], run_id=params.get("run_id"))
+    return host_job.follow_result(params["state_dir"], job_id, time.time() + params["progress_interval"], run_id=params.get("run_id"))
 
 
 def probe_slice(params, carry=None, check_mode=False):
     """One slice of the probe module: start it, or report its progress; its result once it is over."""
     if carry:
-        result = follow(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
+        result = host_job.follow_result(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
                         carry.get("events_seen", 0), params.get("run_id"))
     else:
         result = start_probe(params, check_mode)

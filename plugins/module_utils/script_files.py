@@ -33,6 +33,13 @@ def secrets_of(scripts, secrets):
     return list(secrets) + [value for script in scripts for value in script_credentials(script["content"])]
 
 
+def read_script(path):
+    """``(sha256 of its bytes, its text)`` of a launch script on disk."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return hashlib.sha256(data).hexdigest(), data.decode("utf-8", "replace")
+
+
 def sha256_text(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -10,7 +10,6 @@ verify its GPUs free, launch it. One server whose GPU does not free in time, or 
 SIGKILL, is reported down; the others go on.
 """
 
-import hashlib
 import os
 import re
 import signal
@@ -31,8 +30,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     script_files,
     server_plan,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import (
+    GpuError,
+    require_present,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
-    DRIVER_GPUS_DIR,
     NvidiaSmiError,
     bounded_runner,
     device_minors,
@@ -43,7 +45,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
     ServerProcesses,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
     LockTimeout,
     acquire_host_lock,
     mark_lock_holder,
@@ -85,13 +86,6 @@ class ServerControlError(Exception):
     def __init__(self, msg, **details):
         super().__init__(msg)
         self.details = details
-
-
-def read_script(path):
-    """``(sha256 of its bytes, its text)`` of a launch script on disk."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return hashlib.sha256(data).hexdigest(), data.decode("utf-8", "replace")
 
 
 def validate_request(params):
@@ -372,7 +366,7 @@ class ServerControl:
         given = self.scripts.get(spec["name"])
         if given is not None:
             return script_files.sha256_text(given["content"]), given["content"]
-        return read_script(spec["launch_script"])
+        return script_files.read_script(spec["launch_script"])
 
     def _plan(self, spec):
         # A rollback stops a server that has no last good configuration rather than run the one that failed.
@@ -864,7 +858,7 @@ class ServerControl:
                 raise ServerControlError(str(exc))
         finally:
             release_host_lock(lock_fd)
-        return follow(self.state_dir, job_id, time.time() + slice_seconds)
+        return host_job.follow_result(self.state_dir, job_id, time.time() + slice_seconds)
 
     def _read_host(self, check_mode):
         problem = self.launcher.problem()
@@ -874,7 +868,10 @@ class ServerControl:
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         plans = self._defer_beyond_max_changes([self._plan(spec) for spec in self.params["servers"]])
         # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
-        _require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
+        try:
+            require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
+        except GpuError as exc:
+            raise ServerControlError(str(exc))
         for plan in plans:
             plan.gpu_memory_before = _gpu_keyed({
                 gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
@@ -904,29 +901,6 @@ class LaunchError(Exception):
     """One server could not be launched; the others go on."""
 
 
-def follow(state_dir, job_id, until, events_seen=0, run_id=None):
-    """The job's final result (marked reported), or a progress result with ``carry`` while it runs.
-
-    Either carries ``progress``: the latest snapshot, with only the events the caller has not seen.
-    Each call renews the run's lease (``run_id``): the sequence may outlast it otherwise.
-    """
-    if run_id:
-        try:
-            run_lock.renew(state_dir, run_id)
-        except run_lock.RunLockError:
-            pass  # the worker holds the host flock to the end; the next call of the run will say it
-    record = host_job.follow(state_dir, job_id, until)
-    if record is None:
-        raise ServerControlError(f"the record of job {job_id} is gone from {state_dir}")
-    progress = dict(record.get("progress") or {})
-    events = progress.get("events") or []
-    progress["events"] = events[events_seen:]
-    if record["status"] == "running":
-        return {"changed": True, "carry": {"job": job_id, "events_seen": len(events)}, "progress": progress}
-    host_job.mark_reported(state_dir, record)
-    return dict(record["result"], progress=progress)
-
-
 def _interrupted_summary(record):
     """What a run whose result nobody picked up (Ctrl-C, dropped connection) did on this host."""
     result = record.get("result") or {}
@@ -935,34 +909,3 @@ def _interrupted_summary(record):
     return {"job_id": record["job_id"], "run_id": record.get("run_id"), "status": record["status"],
             "started": record.get("started"), "finished": record.get("finished"),
             "down": result.get("down") or [], "servers": servers, "msg": result.get("msg")}
-
-
-def _require_present(present, requested):
-    """Fail naming every requested GPU index that nvidia-smi does not list; ``requested``: [(index, label)]."""
-    unknown = [label for gpu, label in requested if gpu not in present]
-    if unknown:
-        listed = ", ".join(str(index) for index in sorted(present)) or "none"
-        raise ServerControlError(f"GPU index not present on this host (nvidia-smi lists {listed}): "
-                                 + ", ".join(unknown))
-
-
-def gpu_inventory(run, nvidia_smi="nvidia-smi", device_dir="/dev", gpus=None, driver_dir=DRIVER_GPUS_DIR,
-                  state_dir=DEFAULT_STATE_DIR):
-    """GPUs with their memory and the processes holding them, found through /proc (not NVML)."""
-    try:
-        listed = query_gpus(run, nvidia_smi)
-    except NvidiaSmiError as exc:
-        raise ServerControlError(str(exc))
-    _require_present([gpu["index"] for gpu in listed], [(gpu, str(gpu)) for gpu in gpus or []])
-    selected = [gpu for gpu in listed if not gpus or gpu["index"] in gpus]
-    minors = device_minors(selected, driver_dir)
-    holders = procfs.gpu_holders(device_dir, minors)
-    owner = ServerProcesses(state_dir)
-    for gpu in selected:
-        gpu["device_minor"] = minors[gpu["index"]]
-        gpu["processes"] = []
-        for pid in holders.get(gpu["index"], []):
-            entry = procfs.describe(pid)
-            entry["ours"] = owner.owner(pid).verdict == "ours"
-            gpu["processes"].append(entry)
-    return selected

@@ -36,10 +36,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     Observation,
     decide,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
     read_script,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_plan import (
     recorded_settings,
 )

@@ -117,15 +117,15 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
+from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import (
+    GpuError,
+    gpu_inventory,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     bounded_runner,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     range_problems,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    ServerControlError,
-    gpu_inventory,
 )
 
 
@@ -139,7 +139,7 @@ def main():
     try:
         gpus = gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"],
                              params["gpu_device_dir"], params["gpus"], params["nvidia_driver_dir"], params["state_dir"])
-    except ServerControlError as exc:
+    except GpuError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, gpus=gpus)
 

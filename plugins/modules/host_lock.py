@@ -120,12 +120,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     option_ranges,
     run_lock,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import (
+    GpuError,
+    gpu_inventory,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     bounded_runner,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    ServerControlError,
-    gpu_inventory,
 )
 
 _RETRY_SECONDS = 1
@@ -188,7 +188,7 @@ def _gpus_or_release(module, state_dir, run_id):
     try:
         return gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"], params["gpu_device_dir"],
                              None, params["nvidia_driver_dir"], state_dir)
-    except ServerControlError as exc:
+    except GpuError as exc:
         run_lock.release(state_dir, run_id)
         module.fail_json(msg=str(exc), run_id=run_id, released=True)
 

@@ -188,13 +188,11 @@ journal_error:
   type: str
 """
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.host_job import JobError
 from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
     PROBE_ARGUMENT_SPEC,
     ProbeError,
     probe_slice,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    ServerControlError,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.sliced_module import (
     run_slice,
@@ -202,7 +200,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sliced_module import
 
 
 def main():
-    run_slice(PROBE_ARGUMENT_SPEC, probe_slice, (ProbeError, ServerControlError))
+    run_slice(PROBE_ARGUMENT_SPEC, probe_slice, (ProbeError, JobError))
 
 
 if __name__ == "__main__":

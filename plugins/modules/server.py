@@ -458,7 +458,10 @@ problems:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+    host_job,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     LAUNCHERS,
 )
@@ -474,7 +477,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_control impor
     STATES,
     ServerControl,
     ServerControlError,
-    follow,
 )
 
 ARGUMENT_SPEC = {
@@ -527,12 +529,14 @@ def main():
     try:
         if params["_carry"]:
             carry = params["_carry"]
-            result = follow(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
-                            carry.get("events_seen", 0), None if module.check_mode else params["run_id"])
+            result = host_job.follow_result(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
+                                            carry.get("events_seen", 0), None if module.check_mode else params["run_id"])
         else:
             result = ServerControl(params, check_mode=module.check_mode).apply(params["progress_interval"])
     except ServerControlError as exc:
         module.fail_json(msg=scrub_text(str(exc), params["secrets"]), **exc.details)
+    except host_job.JobError as exc:
+        module.fail_json(msg=str(exc))
     except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
         # Nothing unexpected may reach the controller as a raw traceback: it could quote a command line.
         module.fail_json(msg=scrub_text(f"unexpected {type(exc).__name__}: {exc}", params["secrets"]))

@@ -1,0 +1,49 @@
+"""What each module's AnsiballZ payload carries: the collection's module_utils its imports reach, never more.
+
+Ansible ships a module with every module_util its imports reach, transitively; through proxmox_pct_remote each byte
+travels in every call. The modules that only look at a host (GPUs, the hold, the journal, writing scripts) must not
+carry the code that stops, kills and launches servers. Read from the sources, as Ansible's own finder does.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+PACKAGE = "ansible_collections.gpuops.sglang.plugins.module_utils"
+# The kill path: the sequence that stops and launches servers, and the launchers that signal them.
+KILL_PATH = {"server_control", "launchers"}
+LOOKING_ONLY = ("gpu_info", "host_lock", "journal", "launch_scripts")
+
+
+def imported_module_utils(path):
+    """Names of the collection's module_utils that the file at ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+            sub = node.module[len(PACKAGE):].lstrip(".")
+            found |= {sub.split(".")[0]} if sub else {alias.name for alias in node.names}
+    return {name for name in found if (MODULE_UTILS / f"{name}.py").exists()}
+
+
+def payload(module):
+    """Every module_util the module's payload carries."""
+    carried, todo = set(), list(imported_module_utils(REPO / "plugins" / "modules" / f"{module}.py"))
+    while todo:
+        name = todo.pop()
+        if name not in carried:
+            carried.add(name)
+            todo += imported_module_utils(MODULE_UTILS / f"{name}.py")
+    return carried
+
+
+@pytest.mark.parametrize("module", LOOKING_ONLY)
+def test_a_module_that_only_looks_carries_no_kill_path(module):
+    assert payload(module) & KILL_PATH == set()
+
+
+def test_the_server_module_does_carry_it():
+    """The check above can see the kill path at all."""
+    assert payload("server") >= KILL_PATH
