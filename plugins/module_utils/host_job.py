@@ -32,6 +32,7 @@ JOBS_DIR = "jobs"
 class JobError(Exception):
     """The record of a job is gone (its state dir was removed or replaced)."""
 
+
 # Finished records kept for the next run to report; older ones are removed.
 KEEP_RECORDS = 20
 POLL_SECONDS = 0.25

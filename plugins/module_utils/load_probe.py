@@ -437,7 +437,7 @@ def probe_slice(params, carry=None, check_mode=False):
     """One slice of the probe module: start it, or report its progress; its result once it is over."""
     if carry:
         result = host_job.follow_result(params["state_dir"], carry["job"], time.time() + params["progress_interval"],
-                        carry.get("events_seen", 0), params.get("run_id"))
+                                        carry.get("events_seen", 0), params.get("run_id"))
     else:
         result = start_probe(params, check_mode)
     if "carry" not in result and params["release_run"] and params.get("run_id") and not check_mode:

@@ -636,8 +636,8 @@ class ServerControl:
             plan.desired, name=plan.name, pid=pid, pgid=info.pgid if info else pid, launched_at=time.time(),
             pid_starttime=info.starttime if info else None, run_id=self.params.get("run_id"),
             settings=plan.launch_settings,
-            **{draining.ROUTER_ADD_KEY: draining.owes_router(self.router is not None, plan.action, plan.router_removed,
-                                                                 plan.recorded)})
+            **{draining.ROUTER_ADD_KEY: draining.owes_router(
+                self.router is not None, plan.action, plan.router_removed, plan.recorded)})
         try:
             write_state(self.state_dir, plan.name, plan.launched)
             if spec.get("pid_file"):

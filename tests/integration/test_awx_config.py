@@ -286,7 +286,7 @@ def test_credential_types_inject_the_keys_the_roles_keep_secret():
         credentials = rendered(template["credentials"], dict(awx_vars, awx_router_api_key_enabled=enabled))
         assert ("SGLang router API key" in credentials) is enabled and "SGLang API key" in credentials
         assert rendered(credential["when"], dict(awx_vars, awx_router_api_key_enabled=enabled,
-                                                  awx_sglang_router_api_key="sk-router")) is enabled
+                                                 awx_sglang_router_api_key="sk-router")) is enabled
 
 
 @pytest.fixture(scope="module")

@@ -306,8 +306,7 @@ def test_survey_answers_as_awx_passes_them_reach_the_role(sim_host, tmp_path):
     assert _state(sim_host, "gpu1")["pid"] != pids["gpu1"]
 
 
-def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_over(sim_host, tmp_path,
-                                                                                      wait_until):
+def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_over(sim_host, tmp_path, wait_until):
     # Wait slices of 1 s: the slice in flight when the job is canceled runs to its end on the host, and must end
     # before the servers are ready (the run's last slice would give the host back itself).
     slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="6"), "relaunch_progress_interval": 1}

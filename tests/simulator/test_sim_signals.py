@@ -52,7 +52,7 @@ def test_every_sigterm_ends_the_server_at_any_moment(launch):
     count, exit_bound = 24, 15.0
     stop_churn = threading.Event()
     pending = []  # (server, when to send SIGTERM: "startup" or "serving", delay in seconds, due time or None)
-    for _ in range(count):
+    for _server in range(count):
         server = launch("--skip-server-warmup", **QUICK)
         threading.Thread(target=churn_connections, args=(server.port, stop_churn), daemon=True).start()
         moment = random.choice(["startup", "serving"])
