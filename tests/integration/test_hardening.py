@@ -70,7 +70,7 @@ def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_i
                     return True
         return False
 
-    wait_until(stopping, what="the worker to start stopping the servers")
+    wait_until(stopping, timeout=60, what="the worker to start stopping the servers")
     # The operator's Ctrl-C, or a dropped connection: ansible-playbook and the module process die.
     for pid in [run.process.pid] + descendants(run.process.pid):
         try:
