@@ -210,7 +210,7 @@ def test_status_fails_on_a_dead_a_crashed_and_an_orphaned_server_and_passes_when
     rows = {line.split()[0]: line.split() for line in status.task("Fleet status")[0]["msg"][2:]}
     assert rows["s0"][3] == "ready"
     assert rows["s2"][3] == "orphaned", rows["s2"]
-    [problems] = status.task("no server is dead, crashed or orphaned")
+    [problems] = status.task("no server is dead, crashed, orphaned or otherwise failing")
     assert problems["failed"]
     messages = problems["msg"]
     assert len(messages) == 3, messages
