@@ -84,6 +84,12 @@ def _exec_command(text):
     return lines, first, last, argv
 
 
+def _api_key_in(argv):
+    """The value after the last ``--api-key`` of ``argv`` (None: none)."""
+    keyed = [index for index, arg in enumerate(argv[:-1]) if arg == API_KEY_FLAG]
+    return argv[keyed[-1] + 1] if keyed else None
+
+
 def with_api_key(text, api_key):
     """``(script, rekeyed)``: the launch script ``text`` running with ``api_key`` (None: no key) - as it is when it
     already does - or ``(None, False)`` when its command cannot be rewritten safely (no ``exec``, unbalanced
@@ -98,7 +104,7 @@ def with_api_key(text, api_key):
     keyed = [index for index, arg in enumerate(argv) if arg.split("=", 1)[0] in _API_KEY_SPELLINGS]
     if any(argv[index] != API_KEY_FLAG or index + 1 == len(argv) for index in keyed):
         return None, False
-    if (argv[keyed[-1] + 1] if keyed else None) == api_key:
+    if _api_key_in(argv) == api_key:
         return text, False
     for index in reversed(keyed):
         del argv[index:index + 2]
@@ -156,9 +162,8 @@ def _rekey_previous(state_dir, name, text):
     on disk, and a rollback to it would not bring it back. One that cannot be re-keyed is dropped."""
     previous = _script(state_dir, name, ".previous")
     parsed = _exec_command(text)
-    argv = parsed[3] if parsed else []
-    key = next((argv[index + 1] for index, arg in enumerate(argv[:-1]) if arg == API_KEY_FLAG), None)
-    rekeyed, changed = with_api_key(previous, key) if previous is not None else (None, False)
+    rekeyed, changed = with_api_key(previous, _api_key_in(parsed[3] if parsed else [])) if previous is not None \
+        else (None, False)
     if rekeyed is None:
         for suffix in (".sh", ".json"):
             try:

@@ -512,6 +512,9 @@ def register_ready(params, trackers, states):
     routed = [tracker for tracker in trackers if not tracker.node_rank]
     if client is None or not routed:
         return
+    for tracker in routed:  # what the summary counts, also when the router cannot be asked
+        tracker.result["router"] = {"worker_url": draining.worker_url(params, tracker.port), "worker_id": None,
+                                    "healthy": False, "left_out": False}
     try:
         registered = {normalize_url(worker.url): worker.id for worker in client.workers()}
     except RouterError as exc:
@@ -520,11 +523,10 @@ def register_ready(params, trackers, states):
         return
     following = []
     for tracker in routed:
-        url = draining.worker_url(params, tracker.port)
+        url = tracker.result["router"]["worker_url"]
         owed = (states[tracker.name] or {}).get(draining.ROUTER_ADD_KEY)
         known_id = registered.get(normalize_url(url))
-        tracker.result["router"] = {"worker_url": url, "worker_id": known_id, "healthy": False,
-                                    "left_out": not owed and known_id is None}
+        tracker.result["router"].update(worker_id=known_id, left_out=not owed and known_id is None)
         if owed:
             try:
                 following.append((tracker, client.add(url)))
