@@ -229,6 +229,18 @@ def host_args(tmp_path, fake_gpus):
             "gpu_device_dir": fake_gpus.device_dir, "nvidia_driver_dir": fake_gpus.driver_dir}
 
 
+def job_records(state_dir):
+    """The host job records of ``state_dir``: {file name: record}. Never the hidden temporary file of a record
+    being replaced (safe_files.write_atomic writes it in the same directory)."""
+    jobs = os.path.join(state_dir, "jobs")
+    records = {}
+    for name in os.listdir(jobs):
+        if name.endswith(".json") and not name.startswith("."):
+            with open(os.path.join(jobs, name)) as handle:
+                records[name] = json.load(handle)
+    return records
+
+
 def read_state(host_args, name):
     """The state file gpuops.sglang.server wrote for server ``name``."""
     with open(os.path.join(host_args["state_dir"], f"{name}.json")) as handle:

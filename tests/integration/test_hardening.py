@@ -14,7 +14,14 @@ import threading
 
 import pytest
 
-from .conftest import alive, descendants, free_port, http_status, read_state
+from .conftest import (
+    alive,
+    descendants,
+    free_port,
+    http_status,
+    job_records,
+    read_state,
+)
 
 SERVER = "gpuops.sglang.server"
 WAIT = "gpuops.sglang.wait"
@@ -58,17 +65,13 @@ def test_an_interrupted_relaunch_finishes_on_the_host_and_the_next_run_reports_i
     stubborn = make_server("stubborn", [0], fault="ignore_sigterm")
     other = make_server("other", [1])
     before = launched(stubborn, other)
-    jobs = os.path.join(host_args["state_dir"], "jobs")
-    earlier = set(os.listdir(jobs))
+    earlier = set(job_records(host_args["state_dir"]))
     run = ansible.start_module(SERVER, dict(host_args, servers=[stubborn, other], state="restarted",
                                             stop_timeout=4, progress_interval=1))
 
     def stopping():
-        for name in set(os.listdir(jobs)) - earlier:
-            with open(os.path.join(jobs, name)) as handle:
-                if json.load(handle).get("progress"):
-                    return True
-        return False
+        return any(record.get("progress") for name, record in job_records(host_args["state_dir"]).items()
+                   if name not in earlier)
 
     wait_until(stopping, timeout=60, what="the worker to start stopping the servers")
     # The operator's Ctrl-C, or a dropped connection: ansible-playbook and the module process die.

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import alive, read_state, stat_fields
+from .conftest import alive, job_records, read_state, stat_fields
 
 MODULE = "gpuops.sglang.server"
 MARKER = b"GPUOPS_SGLANG_SERVER="
@@ -419,13 +419,12 @@ def test_concurrent_runs_wait_for_the_lock_or_name_the_holder(ansible, server, l
     # calls below to find it there on a loaded machine (8 s was once over before the refused call asked).
     first = ansible.start_module(MODULE, dict(host_args, servers=[alpha], state="restarted", stop_timeout=20))
     lock_file = os.path.join(host_args["state_dir"], ".lock")
-    jobs = os.path.join(host_args["state_dir"], "jobs")
-    earlier = set(os.listdir(jobs))
+    earlier = set(job_records(host_args["state_dir"]))
 
     def worker_holds_the_lock():
         # The lock passes from the module to the worker it starts, which names itself the holder.
-        workers = [json.loads(read_text(os.path.join(jobs, name)) or "{}").get("worker_pid")
-                   for name in set(os.listdir(jobs)) - earlier]
+        workers = [record.get("worker_pid") for name, record in job_records(host_args["state_dir"]).items()
+                   if name not in earlier]
         holder = json.loads(read_text(lock_file) or "{}").get("pid")
         return holder if holder and holder in workers else None
 
