@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runs gpuops.sglang.probe in bounded slices and prints the load's progress after each."""
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     PROBE_ARGUMENT_SPEC,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (

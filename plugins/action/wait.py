@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runs gpuops.sglang.wait in bounded slices and prints one progress line per host after each."""
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     WAIT_ARGUMENT_SPEC,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (

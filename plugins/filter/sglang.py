@@ -4,45 +4,59 @@
 from __future__ import annotations
 
 import functools
+import importlib
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import (
-    groups,
-    launch_script,
-    nccl,
-    report,
-    role_options,
-    topology,
-)
+
+# name: (plugin_utils module, function, the module's user-error class or None). A task's worker process imports a
+# module on the first call of one of its filters, not before: every task runs in a fresh fork of ansible-playbook,
+# and importing them all (with the module_utils behind role_options and report) cost each task ~0.2 s of CPU.
+FILTERS = {
+    "option_errors": ("role_options", "option_problems", None),
+    "topology": ("topology", "host_servers", "TopologyError"),
+    "gpu_index_errors": ("topology", "gpu_index_problems", None),
+    "launch_argv": ("launch_script", "launch_argv", "LaunchScriptError"),
+    "launch_env": ("launch_script", "launch_env", "LaunchScriptError"),
+    "launch_credentials": ("launch_script", "launch_credentials", None),
+    "cache_dirs": ("launch_script", "cache_dirs", "LaunchScriptError"),
+    "local_model_paths": ("launch_script", "local_model_paths", "LaunchScriptError"),
+    "nccl_env": ("nccl", "resolve_nccl", "NcclError"),
+    "relaunch_summary": ("report", "relaunch_summary", None),
+    "relaunch_failures": ("report", "relaunch_failures", None),
+    "expectation_failures": ("report", "expectation_failures", "ExpectationError"),
+    "fleet_status": ("report", "fleet_status", None),
+    "fleet_problems": ("report", "fleet_problems", None),
+    "stop_summary": ("report", "stop_summary", None),
+    "history_table": ("report", "history_table", None),
+    "rollback_candidates": ("report", "rollback_candidates", None),
+    "rollback_outcomes": ("report", "rollback_outcomes", None),
+    "throughput_regressions": ("report", "throughput_regressions", None),
+    "play_facts": ("groups", "play_facts", None),
+    "flagged_members": ("groups", "flagged_members", None),
+    "missing_nodes": ("groups", "missing_nodes", None),
+    "complete_groups": ("groups", "complete_groups", None),
+    "group_results": ("groups", "group_results", None),
+}
 
 
-def _user_errors(function):
-    """Report validation errors as a filter error carrying only the message (no Python traceback)."""
+def _on_first_call(module_name, function_name, user_error):
+    """The filter, imported when first called; a user error (bad settings) becomes a filter error carrying only its
+    message (no Python traceback)."""
 
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
+    @functools.cache
+    def target():
+        module = importlib.import_module("ansible_collections.gpuops.sglang.plugins.plugin_utils." + module_name)
+        return getattr(module, function_name), getattr(module, user_error) if user_error else ()
+
+    def call(*args, **kwargs):
+        function, errors = target()
         try:
             return function(*args, **kwargs)
-        except (topology.TopologyError, nccl.NcclError, launch_script.LaunchScriptError,
-                report.ExpectationError) as error:
+        except errors as error:
             raise AnsibleFilterError(str(error)) from None
 
-    return wrapper
-
-
-def sglang_topology(servers, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None,
-                    script_dir=None, log_dir=None, groups=None, host=None, play_hosts=None):
-    """``sglang_servers | gpuops.sglang.topology(gpu_count=8, ...)`` -> validated server list.
-
-    With script_dir and log_dir each server also gets its ``launch_script`` and ``log_path``; with ``groups``
-    (sglang_groups), ``host`` (inventory_hostname) and ``play_hosts``, the host's ranks of multi-node groups too.
-    """
-    servers = topology.expand_topology(servers or None, gpu_count=gpu_count, tp_size=tp_size, dp_size=dp_size,
-                                       base_port=base_port, host_gpu_count=host_gpu_count, groups=groups,
-                                       host=host, play_hosts=play_hosts)
-    if script_dir and log_dir:
-        topology.add_paths(servers, script_dir, log_dir)
-    return servers
+    call.__name__ = function_name
+    return call
 
 
 def only_keys(dicts, keys):
@@ -52,30 +66,4 @@ def only_keys(dicts, keys):
 
 class FilterModule:
     def filters(self):
-        return {
-            "option_errors": role_options.option_problems,
-            "topology": _user_errors(sglang_topology),
-            "gpu_index_errors": topology.gpu_index_problems,
-            "launch_argv": _user_errors(launch_script.launch_argv),
-            "launch_env": _user_errors(launch_script.launch_env),
-            "launch_credentials": launch_script.launch_credentials,
-            "cache_dirs": _user_errors(launch_script.cache_dirs),
-            "local_model_paths": _user_errors(launch_script.local_model_paths),
-            "nccl_env": _user_errors(nccl.resolve_nccl),
-            "only_keys": only_keys,
-            "relaunch_summary": report.relaunch_summary,
-            "relaunch_failures": report.relaunch_failures,
-            "expectation_failures": _user_errors(report.expectation_failures),
-            "fleet_status": report.fleet_status,
-            "fleet_problems": report.fleet_problems,
-            "stop_summary": report.stop_summary,
-            "history_table": report.history_table,
-            "rollback_candidates": report.rollback_candidates,
-            "rollback_outcomes": report.rollback_outcomes,
-            "throughput_regressions": report.throughput_regressions,
-            "play_facts": groups.play_facts,
-            "flagged_members": groups.flagged_members,
-            "missing_nodes": groups.missing_nodes,
-            "complete_groups": groups.complete_groups,
-            "group_results": groups.group_results,
-        }
+        return dict({name: _on_first_call(*where) for name, where in FILTERS.items()}, only_keys=only_keys)

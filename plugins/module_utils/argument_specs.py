@@ -63,6 +63,89 @@ SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_
 # Modules that end a job on the host append what they found to the run journal (module_utils/journal.py).
 JOURNAL = {"journal": {"type": "bool", "default": True}}
 
+# Each module's own options and ranges, where more than its module reads them: the action plugins validate the
+# options on the controller, and plugin_utils/role_options takes the ranges for the role variables passed to
+# them - from here, without importing the module's host-side logic.
+# gpuops.sglang.host_lock
+LOCK_RANGES = {
+    "lock_timeout": option_ranges.LOCK_TIMEOUT,
+    "lease_timeout": option_ranges.seconds(60, 86400),
+    "progress_interval": option_ranges.PROGRESS_INTERVAL,
+}
+# gpuops.sglang.server
+SERVER_RANGES = dict(
+    GPU_RANGES,
+    **HTTP_RANGES,
+    **ROUTER_RANGES,
+    stop_timeout=option_ranges.seconds(0, 3600),
+    drain_timeout=option_ranges.seconds(0, 86400),
+    gpu_free_timeout=option_ranges.seconds(0, 3600),
+    gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
+    lock_timeout=option_ranges.LOCK_TIMEOUT,
+    log_generations=option_ranges.count(1, 100),
+    progress_interval=option_ranges.PROGRESS_INTERVAL,
+    max_changes=option_ranges.count(1, 4096),
+)
+# gpuops.sglang.wait
+WAIT_ARGUMENT_SPEC = {
+    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
+        "name": {"type": "str", "required": True},
+        "port": {"type": "int"},
+        "log_path": {"type": "path"},
+        "pid": {"type": "int"},
+        "action": {"type": "str"},
+        "node_rank": {"type": "int"},
+    }},
+    **HTTP,
+    **HEALTH,
+    **ROUTER,
+    "timeout": {"type": "float", "default": 1800},
+    "stall_timeout": {"type": "float", "default": 600},
+    "kill_stalled": {"type": "bool", "default": False},
+    "progress_interval": {"type": "float", "default": 10},
+    **STATE_DIR,
+    "run_id": {"type": "str"},
+    "release_run": {"type": "bool", "default": False},
+    "hold_on_failure": {"type": "bool", "default": False},
+    **JOURNAL,
+}
+WAIT_RANGES = dict(
+    HTTP_RANGES,
+    **ROUTER_RANGES,
+    timeout=option_ranges.seconds(1, 7 * 86400),
+    stall_timeout=option_ranges.seconds(1, 86400, off=0),
+    progress_interval=option_ranges.PROGRESS_INTERVAL,
+)
+# gpuops.sglang.probe
+PROBE_ROUTES = {"generate": "/generate", "completions": "/v1/completions"}
+PROBE_ARGUMENT_SPEC = {
+    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
+        "name": {"type": "str", "required": True},
+        "port": {"type": "int"},
+    }},
+    "concurrency": {"type": "int", "default": 16},
+    "duration": {"type": "float", "default": 30},
+    "input_len": {"type": "int", "default": 256},
+    "output_len": {"type": "int", "default": 128},
+    "route": {"type": "str", "choices": sorted(PROBE_ROUTES), "default": "generate"},
+    "max_requests": {"type": "int", "default": 100000},
+    "progress_interval": {"type": "float", "default": 10},
+    "run_id": {"type": "str"},
+    "release_run": {"type": "bool", "default": False},
+    **HTTP,
+    **STATE_DIR,
+    **JOURNAL,
+}
+PROBE_RANGES = dict(
+    HTTP_RANGES,
+    concurrency=option_ranges.count(1, 1024),
+    duration=option_ranges.seconds(1, 600),
+    input_len=option_ranges.count(1, 1000000, unit=" tokens"),
+    output_len=option_ranges.count(1, 1000000, unit=" tokens"),
+    max_requests=option_ranges.count(1, 10000000),
+    progress_interval=option_ranges.PROGRESS_INTERVAL,
+)
+
 # Fragment name (as modules extend it) -> the spec it documents.
 BY_FRAGMENT = {"gpuops.sglang.common.state_dir": STATE_DIR, "gpuops.sglang.common.gpu": GPU,
                "gpuops.sglang.common.http": HTTP, "gpuops.sglang.common.health": HEALTH,

@@ -2,13 +2,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The launcher seam: how a server's processes are started, stopped and observed.
 
-server_control.py runs the same per-server sequence (stop -> verify GPUs -> launch) whatever the
-launcher; a launcher only answers four questions:
-
-- ``observe(name, recorded)``: the server's processes now (``Running``);
-- ``stop(name, processes, group, force)``: ask them to stop (SIGTERM), or kill them (SIGKILL);
-- ``start(plan, log_path)``: start the launch script, return the main pid;
-- ``status(name, recorded)``: what the launcher itself knows (systemd: unit state, restarts).
+server_control.py runs the same per-server sequence (stop -> verify GPUs -> launch) whatever the launcher, and
+readiness.py's stall kill goes through it too. Every launcher implements ``Launcher`` and nothing outside this
+file knows which one it talks to: a launcher checks its own options and servers, adds its own settings to the
+comparison that decides a relaunch, finds its server's processes, and stops, kills and starts them.
+tests/unit/plugins/module_utils/test_launcher_contract.py runs one contract over every launcher of ``LAUNCHERS``
+and a test-only one written in a single file.
 
 ``DetachedLauncher`` starts the script as a detached process of its own session (the default).
 ``SystemdLauncher`` runs it as a systemd service, one unit per server: the unit's cgroup is the
@@ -25,6 +24,7 @@ import subprocess
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
+    option_ranges,
     procfs,
     script_files,
 )
@@ -34,7 +34,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command impo
     run_bounded,
 )
 
-LAUNCHERS = ("detached", "systemd")
 # processes: {pid: ProcessInfo} of the server; group: the process group to signal as a whole, or None;
 # main: ProcessInfo of its main process (the one recorded, or the unit's MainPID), or None.
 Running = collections.namedtuple("Running", ["processes", "group", "main"])
@@ -50,31 +49,85 @@ class LauncherError(Exception):
     """The launcher could not do what was asked; the message names the command and what it said."""
 
 
-class DetachedLauncher:
+class Launcher:
+    """The contract of a launcher. ``name`` is the module option's value; ``compared`` the settings of its own
+    that decide, next to the launch script, whether a running server is current: ``((key, words), ...)``."""
+
+    name = None
+    compared = ()
+
+    def __init__(self, owner):
+        self.owner = owner  # server_processes.ServerProcesses: which processes are a server's
+
+    @classmethod
+    def for_call(cls, owner, params):
+        """The launcher for the options ``params`` of a module call."""
+        return cls(owner)
+
+    # ---- before anything is touched ------------------------------------------------------------
+
+    def option_problems(self, params):
+        """What is wrong with this launcher's own module options (``[]`` when nothing)."""
+        return []
+
+    def server_problems(self, where, spec):
+        """What this launcher cannot run of one server entry (``where`` names it in the message)."""
+        return []
+
+    def problem(self):
+        """Why this launcher cannot work on this host, or None."""
+        return
+
+    def desired(self, spec):
+        """This launcher's compared settings for a server launched from ``spec``: ``{key: value}`` of ``compared``."""
+        return {}
+
+    def prepare(self, plans, check_mode):
+        """Files the launcher needs besides the scripts, written after every check passed: ``(results by name,
+        diffs)``."""
+        return {}, []
+
+    # ---- the processes -----------------------------------------------------------------------------
+
+    def observe(self, name, recorded):
+        """The server's processes now (``Running``); ``recorded``: its state file."""
+        raise NotImplementedError
+
+    def stop(self, name, processes, group, force):
+        """Ask ``processes`` (and ``group``) to stop (SIGTERM), or kill them (``force``: SIGKILL); returns the pids that
+        were alive before."""
+        raise NotImplementedError
+
+    def kill(self, name, recorded=None):
+        """Stop the server at once and for good (it could not be recorded, or stalled); returns the pids killed."""
+        raise NotImplementedError
+
+    def start(self, plan, log_fd, env):
+        """Start ``plan.spec['launch_script']`` with its output appended to ``log_fd``; returns the main pid. Raises
+        LauncherError."""
+        raise NotImplementedError
+
+    def stopped(self, name):
+        """The server was stopped for good (state=stopped), or is launched by another launcher now."""
+
+    def status(self, name, recorded):
+        """What the launcher itself knows of the server, for status reports: at least ``{"launcher": name}``."""
+        return {"launcher": self.name}
+
+
+class DetachedLauncher(Launcher):
     """The launch script as a detached process in a session of its own."""
 
     name = "detached"
-
-    def __init__(self, owner):
-        self.owner = owner
 
     def observe(self, name, recorded):
         processes, group = self.owner.of_server(name, recorded)
         return Running(processes, group, self.owner.main_process(recorded))
 
     def stop(self, name, processes, group, force):
-        """Signal ``processes`` (and ``group``); returns those that were alive before the signal."""
         return self.owner.signal(processes, [group] if group else [], signal.SIGKILL if force else signal.SIGTERM)
 
-    def problem(self):
-        """Why this launcher cannot work on this host, or None."""
-
-    def prepare(self, plans, check_mode):
-        """Files the launcher needs besides the scripts: ``(results by name, diffs)``."""
-        return {}, []
-
     def start(self, plan, log_fd, env):
-        """Start the server's launch script; returns its pid. Raises LauncherError."""
         script = plan.spec["launch_script"]
         try:
             # Fully detached: own session, no terminal, no inherited fds, so `pct exec` returns.
@@ -89,14 +142,7 @@ class DetachedLauncher:
         return process.pid
 
     def kill(self, name, recorded=None):
-        """Stop the server at once and for good (it could not be recorded, or stalled); returns the pids killed."""
         return self.owner.kill_now(name, recorded)
-
-    def stopped(self, name):
-        """The server was stopped for good (state=stopped), or is launched by another launcher now."""
-
-    def status(self, name, recorded):
-        return {"launcher": self.name}
 
 
 def deployment_id(state_dir):
@@ -174,15 +220,16 @@ def unit_sha256(content):
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
-class SystemdLauncher:
+class SystemdLauncher(Launcher):
     """One systemd service per server and deployment, ``gpuops-sglang-<deployment id>-<name>.service`` in
     ``unit_dir``: a unit of another deployment is never written, stopped or counted."""
 
     name = "systemd"
+    compared = (("unit_sha256", "systemd unit"),)
     systemd_runtime_dir = "/run/systemd/system"
 
     def __init__(self, owner, options, state_dir, stop_timeout, proc_root=procfs.PROC_ROOT, cgroup_roots=CGROUP_ROOTS):
-        self.owner = owner
+        super().__init__(owner)
         self.cgroup_roots = cgroup_roots
         self.options = options
         self.state_dir = state_dir
@@ -225,6 +272,21 @@ class SystemdLauncher:
         return set()
 
     # ---- the launcher interface -----------------------------------------------------------------------
+
+    @classmethod
+    def for_call(cls, owner, params):
+        return cls(owner, params.get("systemd") or defaults(argument_specs.SYSTEMD_OPTIONS), params["state_dir"],
+                   params.get("stop_timeout", 30))
+
+    def option_problems(self, params):
+        return [f"systemd.{problem}"
+                for problem in option_ranges.range_problems(self.options, argument_specs.SYSTEMD_RANGES)]
+
+    def server_problems(self, where, spec):
+        return unit_problems(where, spec, self.state_dir)
+
+    def desired(self, spec):
+        return {"unit_sha256": unit_sha256(self.unit_content(spec))}
 
     def problem(self):
         # sd_booted(3): systemd runs as init exactly when this directory exists.
@@ -296,7 +358,7 @@ class SystemdLauncher:
 
     def prepare(self, plans, check_mode):
         """Write the units of the servers to launch; ``systemctl daemon-reload`` when one changed."""
-        units = [{"name": plan.name, "path": self.unit_path(plan.name), "content": plan.unit_content}
+        units = [{"name": plan.name, "path": self.unit_path(plan.name), "content": self.unit_content(plan.spec)}
                  for plan in plans if plan.launches and plan.launcher is self]
         if not units:
             return {}, []
@@ -346,13 +408,20 @@ class SystemdLauncher:
                 "restarts": int(props.get("NRestarts") or 0), "enabled": props.get("UnitFileState") == "enabled"}
 
 
+# Every launcher, by its name (the server module's ``launcher`` choices).
+LAUNCHERS = {launcher.name: launcher for launcher in (DetachedLauncher, SystemdLauncher)}
+# Servers recorded before there was a choice of launcher were launched detached.
+DEFAULT_LAUNCHER = DetachedLauncher.name
+
+
+def compared_settings():
+    """The settings every launcher adds to the comparison that decides a relaunch (server_plan)."""
+    return tuple(setting for launcher in LAUNCHERS.values() for setting in launcher.compared)
+
+
 def launchers(owner, params):
     """Every launcher, by name, for the options of a module call."""
-    return {
-        "detached": DetachedLauncher(owner),
-        "systemd": SystemdLauncher(owner, params.get("systemd") or defaults(argument_specs.SYSTEMD_OPTIONS),
-                                   params["state_dir"], params.get("stop_timeout", 30)),
-    }
+    return {name: launcher.for_call(owner, params) for name, launcher in LAUNCHERS.items()}
 
 
 def defaults(spec):

@@ -48,34 +48,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     read_state,
 )
 
-ROUTES = {"generate": "/generate", "completions": "/v1/completions"}
-PROBE_ARGUMENT_SPEC = {
-    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-        "name": {"type": "str", "required": True},
-        "port": {"type": "int"},
-    }},
-    "concurrency": {"type": "int", "default": 16},
-    "duration": {"type": "float", "default": 30},
-    "input_len": {"type": "int", "default": 256},
-    "output_len": {"type": "int", "default": 128},
-    "route": {"type": "str", "choices": sorted(ROUTES), "default": "generate"},
-    "max_requests": {"type": "int", "default": 100000},
-    "progress_interval": {"type": "float", "default": 10},
-    "run_id": {"type": "str"},
-    "release_run": {"type": "bool", "default": False},
-    **argument_specs.HTTP,
-    **argument_specs.STATE_DIR,
-    **argument_specs.JOURNAL,
-}
-PROBE_RANGES = dict(
-    argument_specs.HTTP_RANGES,
-    concurrency=option_ranges.count(1, 1024),
-    duration=option_ranges.seconds(1, 600),
-    input_len=option_ranges.count(1, 1000000, unit=" tokens"),
-    output_len=option_ranges.count(1, 1000000, unit=" tokens"),
-    max_requests=option_ranges.count(1, 10000000),
-    progress_interval=option_ranges.PROGRESS_INTERVAL,
-)
 # Metrics samples, as fractions of the window: one in the steady state, one near the end.
 METRICS_AT = (0.5, 0.9)
 ERROR_EXAMPLES = 3
@@ -199,7 +171,7 @@ class ServerLoad:
         with self.lock:
             self.connections.add(connection)
         try:
-            connection.request("POST", ROUTES[params["route"]], body=self.body, headers=headers)
+            connection.request("POST", argument_specs.PROBE_ROUTES[params["route"]], body=self.body, headers=headers)
             response = connection.getresponse()
             if response.status != 200:
                 record["error"] = f"HTTP {response.status}"
@@ -407,7 +379,7 @@ def probe_work(params, servers, refused):
 
 def start_probe(params, check_mode):
     """Check the request and the servers, then start the worker (or, in check mode, say what would run)."""
-    problems = option_ranges.range_problems(params, PROBE_RANGES)
+    problems = option_ranges.range_problems(params, argument_specs.PROBE_RANGES)
     if problems:
         raise ProbeError("invalid request: " + "; ".join(problems))
     if params.get("run_id") and not check_mode:

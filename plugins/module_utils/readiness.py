@@ -85,35 +85,6 @@ CONFIGURED_FACTS = (
 SERVER_INFO_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
                      "max_prefill_tokens", "max_req_input_len")
 
-WAIT_ARGUMENT_SPEC = {
-    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-        "name": {"type": "str", "required": True},
-        "port": {"type": "int"},
-        "log_path": {"type": "path"},
-        "pid": {"type": "int"},
-        "action": {"type": "str"},
-        "node_rank": {"type": "int"},
-    }},
-    **argument_specs.HTTP,
-    **argument_specs.HEALTH,
-    **argument_specs.ROUTER,
-    "timeout": {"type": "float", "default": 1800},
-    "stall_timeout": {"type": "float", "default": 600},
-    "kill_stalled": {"type": "bool", "default": False},
-    "progress_interval": {"type": "float", "default": 10},
-    **argument_specs.STATE_DIR,
-    "run_id": {"type": "str"},
-    "release_run": {"type": "bool", "default": False},
-    "hold_on_failure": {"type": "bool", "default": False},
-    **argument_specs.JOURNAL,
-}
-WAIT_RANGES = dict(
-    argument_specs.HTTP_RANGES,
-    **argument_specs.ROUTER_RANGES,
-    timeout=option_ranges.seconds(1, 7 * 86400),
-    stall_timeout=option_ranges.seconds(1, 86400, off=0),
-    progress_interval=option_ranges.PROGRESS_INTERVAL,
-)
 
 _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 # Health checks (ours or anybody's) are not progress: a hung server still answers them with 503.
@@ -411,7 +382,7 @@ class ServerTracker:
                 return [], f"the state file now records pid {recorded.get('pid')}: another run replaced it"
             # Through the launcher that runs it: a unit with Restart=on-failure is stopped, not restarted.
             by_name = launchers.launchers(ServerProcesses(state_dir), {"state_dir": state_dir})
-            launcher = by_name.get(recorded.get("launcher"), by_name["detached"])
+            launcher = by_name.get(recorded.get("launcher"), by_name[launchers.DEFAULT_LAUNCHER])
             try:
                 return launcher.kill(self.name, self._recorded), None
             except launchers.LauncherError as exc:
@@ -443,7 +414,7 @@ def wait_slice(params, carry=None, check_mode=False):
 
     In check mode the wait is a snapshot: one look at every server, no waiting, no killing.
     """
-    problems = option_ranges.range_problems(params, WAIT_RANGES) + draining.router_problems(
+    problems = option_ranges.range_problems(params, argument_specs.WAIT_RANGES) + draining.router_problems(
         params.get("router_url"), params["host"], params.get("router_worker_host"))
     problems += [problem for problem in [option_ranges.url_path_problem("health_path", params["health_path"])]
                  if problem]

@@ -18,7 +18,6 @@ import json
 import os
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     open_lock_file,
     read_json_object,
@@ -29,11 +28,6 @@ LEASE_NAME = "run.json"
 _LEASE_LOCK_NAME = ".run.lock"
 _LEASE_LOCK_SECONDS = 10
 # Options of gpuops.sglang.host_lock (the roles check their variables against the same table).
-LOCK_RANGES = {
-    "lock_timeout": option_ranges.LOCK_TIMEOUT,
-    "lease_timeout": option_ranges.seconds(60, 86400),
-    "progress_interval": option_ranges.PROGRESS_INTERVAL,
-}
 
 
 class RunLockError(Exception):

@@ -58,19 +58,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 # Foreign processes that keep GPU device nodes open on bare-metal hosts without using memory.
 IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengine\b", r"dcgm-exporter")
 
-SERVER_RANGES = dict(
-    argument_specs.GPU_RANGES,
-    **argument_specs.HTTP_RANGES,
-    **argument_specs.ROUTER_RANGES,
-    stop_timeout=option_ranges.seconds(0, 3600),
-    drain_timeout=option_ranges.seconds(0, 86400),
-    gpu_free_timeout=option_ranges.seconds(0, 3600),
-    gpu_free_threshold_mib=option_ranges.count(0, 1 << 20),
-    lock_timeout=option_ranges.LOCK_TIMEOUT,
-    log_generations=option_ranges.count(1, 100),
-    progress_interval=option_ranges.PROGRESS_INTERVAL,
-    max_changes=option_ranges.count(1, 4096),
-)
 
 STATES = ("started", "restarted", "stopped")
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
@@ -88,15 +75,13 @@ class ServerControlError(Exception):
         self.details = details
 
 
-def validate_request(params):
-    """Check the request before any process is looked at or touched (files are only looked at); raise one
-    error listing every problem."""
+def validate_request(params, launcher):
+    """Check the request, and what ``launcher`` (the requested one) asks of it, before any process is looked at or
+    touched (files are only looked at); raise one error listing every problem."""
     servers, state = params["servers"], params["state"]
-    problems = option_ranges.range_problems(params, SERVER_RANGES) + draining.router_problems(
+    problems = option_ranges.range_problems(params, argument_specs.SERVER_RANGES) + draining.router_problems(
         params.get("router_url"), params["host"], params.get("router_worker_host"))
-    systemd = params.get("launcher") == "systemd"
-    if systemd:
-        problems += [f"systemd.{problem}" for problem in option_ranges.range_problems(params["systemd"], argument_specs.SYSTEMD_RANGES)]
+    problems += launcher.option_problems(params)
     for pattern in params["ignore_gpu_holders"]:
         try:
             re.compile(pattern)
@@ -156,8 +141,8 @@ def validate_request(params):
         script = server.get("launch_script")
         if launching and script:
             problems.extend(_script_problems(where, name, script, scripts.get(name)))
-        if launching and systemd:
-            problems.extend(launchers.unit_problems(where, server, params["state_dir"]))
+        if launching:
+            problems.extend(launcher.server_problems(where, server))
     for name, script in scripts.items():
         server = next((server for server in servers if server.get("name") == name), None)
         if server is None or server.get("launch_script") != script["path"]:
@@ -217,7 +202,6 @@ class ServerPlan:
         # Who starts it (the requested launcher), and who stops what runs now (the recorded one).
         self.launcher = launcher
         self.stop_launcher = stop_launcher
-        self.unit_content = None
         self.desired = None
         recorded_gpus = (recorded or {}).get("gpus")
         # A state file is only read: a malformed GPU list counts as none recorded.
@@ -298,7 +282,7 @@ class ServerControl:
         self.device_dir = params["gpu_device_dir"]
         self.owner = ServerProcesses(self.state_dir)
         self.launchers = launchers.launchers(self.owner, params)
-        self.launcher = self.launchers[params.get("launcher") or server_plan.DEFAULT_LAUNCHER]
+        self.launcher = self.launchers[params.get("launcher") or launchers.DEFAULT_LAUNCHER]
         self.run = bounded_runner(params["nvidia_smi_timeout"])
         self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
         self.foreign = {}
@@ -373,7 +357,7 @@ class ServerControl:
         state = "stopped" if spec["name"] in self.no_last_good else self.params["state"]
         recorded = read_state(self.state_dir, spec["name"])
         recorded_launcher = server_plan.recorded_settings(recorded)["launcher"]
-        stop_launcher = self.launchers.get(recorded_launcher, self.launchers[server_plan.DEFAULT_LAUNCHER])
+        stop_launcher = self.launchers.get(recorded_launcher, self.launchers[launchers.DEFAULT_LAUNCHER])
         plan = ServerPlan(spec, recorded, self.launcher, stop_launcher)
         running = stop_launcher.observe(plan.name, recorded)
         plan.processes, plan.group = running.processes, running.group
@@ -381,11 +365,8 @@ class ServerControl:
         if state != "stopped":
             plan.script_sha256, script_text = self._script(spec)
             plan.launch_settings = launch_settings.read_settings(script_text, self.secrets)
-            unit_sha256 = None
-            if isinstance(self.launcher, launchers.SystemdLauncher):
-                plan.unit_content = self.launcher.unit_content(spec)
-                unit_sha256 = launchers.unit_sha256(plan.unit_content)
-            plan.desired = server_plan.desired_settings(spec, plan.script_sha256, self.launcher.name, unit_sha256)
+            plan.desired = server_plan.desired_settings(spec, plan.script_sha256, self.launcher.name,
+                                                        self.launcher.desired(spec))
         observed = server_plan.Observed(recorded, bool(plan.processes), plan.main_pid)
         decision = server_plan.decide(state, plan.desired, observed, state_path(self.state_dir, plan.name))
         plan.action, plan.reason = decision.action, decision.reason
@@ -818,7 +799,7 @@ class ServerControl:
         ``carry`` when the sequence still runs after ``slice_seconds``."""
         params = self.params
         started = time.monotonic()
-        validate_request(params)
+        validate_request(params, self.launcher)
         if params.get("run_id") and not self.check_mode:
             try:
                 run_lock.renew(self.state_dir, params["run_id"])

@@ -144,13 +144,13 @@ def describe_server(spec, params, now, by_name):
     """Everything that needs no HTTP: process, script drift, NCCL environment, log; ``by_name``: the launchers."""
     name = spec["name"]
     state = read_state(params["state_dir"], name) or {}
-    launcher = by_name[recorded_settings(state)["launcher"]] if state else by_name["detached"]
+    launcher = by_name.get(recorded_settings(state)["launcher"], by_name[launchers.DEFAULT_LAUNCHER])
     try:
         running, launcher_facts = launcher.observe(name, state), launcher.status(name, state) if state else None
     except launchers.LauncherError as exc:
-        # A status report still reports what /proc shows when systemctl cannot answer.
-        launcher = by_name["detached"]
-        running, launcher_facts = launcher.observe(name, state), {"launcher": "systemd", "error": str(exc)}
+        # A status report still reports what /proc shows when the launcher (systemctl) cannot answer.
+        launcher_facts = {"launcher": launcher.name, "error": str(exc)}
+        running = by_name[launchers.DEFAULT_LAUNCHER].observe(name, state)
     processes = [running.processes[pid] for pid in sorted(running.processes)]
     main_alive = running.main is not None
     alive = main_alive or bool(processes)

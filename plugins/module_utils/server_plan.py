@@ -12,13 +12,20 @@ diff, so the three can never disagree.
 
 import collections
 
-# Constants only: nothing here reads /proc.
+# Constants only: nothing here reads /proc or runs a launcher.
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    DEFAULT_LAUNCHER,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    compared_settings as launcher_settings,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
     DEPLOYMENT_VAR,
     MARKER_VAR,
 )
 
-# The settings that decide whether a running server is current: (key, words in the reason).
+# The settings that decide whether a running server is current: (key, words in the reason). Those the launchers
+# add (launchers.Launcher.compared) follow them: compared_settings().
 COMPARED_SETTINGS = (
     ("script_sha256", "launch script content"),
     ("launch_script", "launch_script"),
@@ -26,10 +33,13 @@ COMPARED_SETTINGS = (
     ("gpus", "gpus"),
     ("log_path", "log_path"),
     ("launcher", "launcher"),
-    ("unit_sha256", "systemd unit"),
 )
-# Servers recorded before there was a choice of launcher were launched detached.
-DEFAULT_LAUNCHER = "detached"
+
+
+def compared_settings():
+    """The planner's compared settings, then those of every launcher."""
+    return COMPARED_SETTINGS + launcher_settings()
+
 
 # What the host shows of one server: its state file (or None), whether any process of it lives, and the pid
 # of its main process while that is the recorded one (or the launcher's current main process), else None.
@@ -38,29 +48,30 @@ Observed = collections.namedtuple("Observed", ["recorded", "running", "main_pid"
 Decision = collections.namedtuple("Decision", ["action", "reason", "changes"])
 
 
-def desired_settings(spec, script_sha256, launcher=DEFAULT_LAUNCHER, unit_sha256=None):
-    """The compared settings a server of ``spec`` runs with once launched."""
-    return {"script_sha256": script_sha256, "launch_script": spec.get("launch_script"), "port": spec.get("port"),
-            "gpus": sorted(spec.get("gpus") or []), "log_path": spec.get("log_path"), "launcher": launcher,
-            "unit_sha256": unit_sha256}
+def desired_settings(spec, script_sha256, launcher=DEFAULT_LAUNCHER, own=None):
+    """The compared settings a server of ``spec`` runs with once launched; ``own``: the launcher's own settings
+    (``Launcher.desired``), those of the other launchers are None."""
+    settings = {"script_sha256": script_sha256, "launch_script": spec.get("launch_script"), "port": spec.get("port"),
+                "gpus": sorted(spec.get("gpus") or []), "log_path": spec.get("log_path"), "launcher": launcher}
+    return {**settings, **{key: None for key, _words in launcher_settings()}, **(own or {})}
 
 
 def recorded_settings(recorded):
     """The compared settings of a state file (missing ones as they were before they existed)."""
     recorded = recorded or {}
-    settings = {key: recorded.get(key) for key, _words in COMPARED_SETTINGS}
+    settings = {key: recorded.get(key) for key, _words in compared_settings()}
     settings["launcher"] = recorded.get("launcher") or DEFAULT_LAUNCHER
     return settings
 
 
 def compare(before, after):
-    """``[(key, before, after)]`` for every compared setting that differs, in the order of COMPARED_SETTINGS."""
-    return [(key, before.get(key), after.get(key)) for key, _words in COMPARED_SETTINGS
+    """``[(key, before, after)]`` for every compared setting that differs, in the order of compared_settings()."""
+    return [(key, before.get(key), after.get(key)) for key, _words in compared_settings()
             if before.get(key) != after.get(key)]
 
 
 def _words(changes):
-    labels = dict(COMPARED_SETTINGS)
+    labels = dict(compared_settings())
     return ", ".join(labels[key] for key, _before, _after in changes)
 
 
@@ -87,7 +98,7 @@ def decide(state, desired, observed, state_file):
 def describe(running, pid, settings):
     """One server in the diff: running, pid and the compared settings."""
     described = {"running": running, "pid": pid}
-    described.update((key, settings.get(key)) for key, _words in COMPARED_SETTINGS)
+    described.update((key, settings.get(key)) for key, _words in compared_settings())
     return described
 
 

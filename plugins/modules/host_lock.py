@@ -146,7 +146,7 @@ def main():
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))])
     params, state_dir = module.params, module.params["state_dir"]
-    problems = option_ranges.range_problems(params, dict(run_lock.LOCK_RANGES, **argument_specs.GPU_RANGES))
+    problems = option_ranges.range_problems(params, dict(argument_specs.LOCK_RANGES, **argument_specs.GPU_RANGES))
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     if params["state"] == "released":

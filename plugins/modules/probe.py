@@ -188,9 +188,11 @@ journal_error:
   type: str
 """
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
+    PROBE_ARGUMENT_SPEC,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.host_job import JobError
 from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
-    PROBE_ARGUMENT_SPEC,
     ProbeError,
     probe_slice,
 )

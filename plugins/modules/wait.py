@@ -318,10 +318,10 @@ servers:
         timings: {"ready_s": {"before": 212.0, "after": 95.0}}
 """
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     WAIT_ARGUMENT_SPEC,
-    wait_slice,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import wait_slice
 from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import RunLockError
 from ansible_collections.gpuops.sglang.plugins.module_utils.sliced_module import (
     run_slice,

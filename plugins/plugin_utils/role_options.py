@@ -8,14 +8,15 @@ one place the roles' numeric ranges live (a variable handed to a module takes th
 from __future__ import annotations
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
+    LOCK_RANGES,
+    PROBE_RANGES,
+    PROBE_ROUTES,
+    SERVER_RANGES,
     SYSTEMD_RANGES,
+    WAIT_RANGES,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.draining import (
     router_problems,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
-    PROBE_RANGES,
-    ROUTES,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     boolean_problem,
@@ -25,11 +26,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import
     percent,
     range_problem,
     url_path_problem,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import WAIT_RANGES
-from ansible_collections.gpuops.sglang.plugins.module_utils.run_lock import LOCK_RANGES
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    SERVER_RANGES,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     api_key_problem,
@@ -133,8 +129,8 @@ def probe_problems(probe):
     problems += [problem for key, option_range in PROBE_KEYS.items()
                  if option_range and probe.get(key) not in (None, "")
                  for problem in [value_problem(f"relaunch_probe.{key}", probe[key], option_range)] if problem]
-    if probe.get("route") not in (None, *ROUTES):
-        problems.append(f"relaunch_probe.route must be one of {', '.join(sorted(ROUTES))}, got {probe['route']!r}")
+    if probe.get("route") not in (None, *PROBE_ROUTES):
+        problems.append(f"relaunch_probe.route must be one of {', '.join(sorted(PROBE_ROUTES))}, got {probe['route']!r}")
     return problems
 
 

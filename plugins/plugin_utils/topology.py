@@ -312,3 +312,15 @@ def add_paths(servers, script_dir, log_dir):
         server.setdefault("launch_script", f"{script_dir.rstrip('/')}/{server['name']}.sh")
         server.setdefault("log_path", f"{log_dir.rstrip('/')}/{server['name']}.log")
     return servers
+
+
+def host_servers(servers, gpu_count=8, tp_size=1, dp_size=1, base_port=30000, host_gpu_count=None,
+                 script_dir=None, log_dir=None, groups=None, host=None, play_hosts=None):
+    """The ``gpuops.sglang.topology`` filter: ``expand_topology``, and with script_dir and log_dir each server's
+    ``launch_script`` and ``log_path`` (``add_paths``)."""
+    servers = expand_topology(servers or None, gpu_count=gpu_count, tp_size=tp_size, dp_size=dp_size,
+                              base_port=base_port, host_gpu_count=host_gpu_count, groups=groups,
+                              host=host, play_hosts=play_hosts)
+    if script_dir and log_dir:
+        add_paths(servers, script_dir, log_dir)
+    return servers

@@ -141,7 +141,7 @@ def test_a_unit_file_at_our_name_that_is_not_ours_is_never_overwritten(tmp_path)
 
     plan = Plan()
     plan.name, plan.launcher = "gpu0", launcher
-    plan.unit_content = render_unit("gpu0", "/opt/a/gpu0.sh", "/var/log/a/gpu0.log", "/var/lib/a", 30, OPTIONS)
+    plan.spec = {"name": "gpu0", "launch_script": "/opt/a/gpu0.sh", "log_path": "/var/log/a/gpu0.log"}
     with pytest.raises(LauncherError, match="is not this deployment's unit of gpu0 .*refusing to overwrite it"):
         launcher.prepare([plan], check_mode=False)
     assert (tmp_path / name).read_text() == "[Service]\nExecStart=/bin/true\n"

@@ -105,7 +105,7 @@ def test_stopped(running, action):
 
 def test_describe_shows_every_compared_setting():
     described = describe(True, 4242, desired())
-    assert set(described) == {"running", "pid"} | {key for key, _words in server_plan.COMPARED_SETTINGS}
+    assert set(described) == {"running", "pid"} | {key for key, _words in server_plan.compared_settings()}
     assert describe(False, None, {})["port"] is None
 
 

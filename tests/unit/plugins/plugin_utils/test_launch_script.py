@@ -208,7 +208,7 @@ def _render_script(server, settings):
     environment.filters.update({"gpuops.sglang.launch_env": launch_env, "gpuops.sglang.launch_argv": launch_argv,
                                 "gpuops.sglang.cache_dirs": cache_dirs, "quote": shlex.quote})
     return environment.get_template("launch.sh.j2").render(
-        ansible_managed="managed", launch_scripts_server=server, launch_scripts_settings=settings)
+        ansible_managed="managed", launch_scripts_server=server, launch_scripts_rendered_settings=settings)
 
 
 @pytest.mark.parametrize("api_key", [
