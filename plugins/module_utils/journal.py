@@ -18,6 +18,10 @@ import os
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import run_lock
+from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
+    COMPARED_FACTS,
+    POOL_FACTS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
     model_of,
     setting_changes,
@@ -35,12 +39,6 @@ _LOCK_NAME = ".journal.lock"
 VERSION = 1
 MAX_BYTES = 1024 * 1024
 JOURNAL_MODE = 0o644
-# Facts compared with the last good run (the summary's deltas and relaunch_expect's relative checks).
-COMPARED_FACTS = ("max_total_num_tokens", "max_running_requests", "context_len", "max_mamba_cache_size",
-                  "kv_cache_size_gb")
-# Pool sizes and other facts from the log kept with each relaunch.
-POOL_FACTS = ("kv_cache_tokens", "kv_cache_dtype", "kv_cache_size_gb", "mamba_conv_state_gb", "mamba_ssm_state_gb",
-              "weight_load_mem_usage", "cuda_graph_mem_usage")
 JOBS = ("relaunch", "probe", "stop", "status")
 
 

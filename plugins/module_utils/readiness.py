@@ -29,6 +29,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     procfs,
     run_lock,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
+    CONFIGURED_FACTS,
+    SERVER_INFO_FACTS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
@@ -75,15 +79,6 @@ LOG_TAIL_LINES = 30
 # launched_at is taken just after the launch and log timestamps are whole seconds: a line stamped up
 # to this much before launched_at may still belong to the new run.
 LAUNCH_CLOCK_SLACK_SECONDS = 2
-
-# Reported when a server is ready (or by server_info): what the server actually configured.
-CONFIGURED_FACTS = (
-    "max_total_num_tokens", "max_running_requests", "context_len", "chunked_prefill_size",
-    "max_prefill_tokens", "available_gpu_mem", "max_mamba_cache_size",
-)
-# /get_server_info carries the resolved values of these at top level.
-SERVER_INFO_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
-                     "max_prefill_tokens", "max_req_input_len")
 
 
 _LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")

@@ -20,6 +20,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     launchers,
     procfs,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
+    SERVER_INFO_FIELDS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     get_json,
     http_get,
@@ -51,13 +54,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import parse_log
 
-SERVER_INFO_FIELDS = (
-    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "mem_fraction_static",
-    "max_total_num_tokens", "max_running_requests", "max_req_input_len", "context_length",
-    "chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs", "kv_cache_dtype", "attention_backend",
-    "speculative_algorithm", "max_mamba_cache_size", "mamba_scheduler_strategy", "mamba_radix_cache_strategy",
-    "disable_radix_cache", "disable_overlap_schedule",
-)
 # Per DP rank in "internal_states"; the first rank's values are reported (max_mamba_cache_size as the scheduler
 # sized it: the top level holds the launch argument).
 INTERNAL_STATE_FIELDS = ("memory_usage", "last_gen_throughput", "effective_max_running_requests_per_dp",

@@ -6,6 +6,10 @@ from __future__ import annotations
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import capacity_rules
+from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
+    HISTORY_COLUMNS,
+    SUMMARY_COLUMNS,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
     change_text,
 )
@@ -65,26 +69,26 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     changed since each server's last good run and, with a throughput ``probe`` result, its figures."""
     actions, waits = _by_name(server_results), _by_name(wait_results)
     rows = []
+    no_facts = [None] * len(SUMMARY_COLUMNS)
     for server in servers:
         acted = actions.get(server["name"], {})
         action = acted.get("action", "not relaunched")
         waited = waits.get(server["name"])
         if acted.get("down"):
             rows.append([server["name"], _gpus(server), server["port"], f"{action}: FAILED", "down", None, None,
-                         None, None])
+                         *no_facts])
             continue
         if waited is None:
-            rows.append([server["name"], _gpus(server), server["port"], action, "skipped", None, None, None, None])
+            rows.append([server["name"], _gpus(server), server["port"], action, "skipped", None, None, *no_facts])
             continue
         facts = waited.get("facts") or {}
         rows.append([server["name"], _gpus(server), server["port"], action, waited["status"],
                      waited.get("phase"), _seconds(waited.get("seconds_to_ready")),
-                     facts.get("max_total_num_tokens"), facts.get("max_running_requests")])
+                     *(facts.get(fact) for fact in SUMMARY_COLUMNS)])
     down = [result["name"] for result in server_results or [] if result.get("down")]
     # A rank of a multi-node group that came up but was stopped with its group is down, not ready.
     ready = count_ready(result for result in wait_results or [] if result["name"] not in down)
-    header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", "max_total_num_tokens",
-              "max_running_requests"]
+    header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", *SUMMARY_COLUMNS]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
     return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
             + drain_and_router_lines(server_results, wait_results)
@@ -519,11 +523,9 @@ def history_table(runs):
         rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who,
                      f"{ready}/{len(entries)} up" + (f" ({', '.join(failed)})" if failed else "")
                      if run.get("job") in ("relaunch", "status") else f"{len(entries)} stopped",
-                     ",".join(changed) or None, _spread(entries, "max_running_requests"),
-                     _spread(entries, "max_total_num_tokens"),
+                     ",".join(changed) or None, *(_spread(entries, fact) for fact in HISTORY_COLUMNS),
                      _seconds(slowest), _seconds(sum(output)) if output else None])
-    header = ["time", "job", "run", "by", "outcome", "changed", "max_running_requests", "max_total_num_tokens",
-              "slowest_ready_s", "probe_tok/s"]
+    header = ["time", "job", "run", "by", "outcome", "changed", *HISTORY_COLUMNS, "slowest_ready_s", "probe_tok/s"]
     return _table(header, rows)
 
 
