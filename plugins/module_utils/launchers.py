@@ -2,11 +2,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The launcher seam: how a server's processes are started, stopped and observed.
 
-server_control.py runs the same per-server sequence (stop -> verify GPUs -> launch) whatever the launcher, and
+_lifecycle/ runs the same per-server sequence (stop -> verify GPUs -> launch) whatever the launcher, and
 readiness.py's stall kill goes through it too. Every launcher implements ``Launcher`` and nothing outside this
 file knows which one it talks to: a launcher checks its own options and servers, adds its own settings to the
 comparison that decides a relaunch, finds its server's processes, and stops, kills and starts them.
-tests/unit/plugins/module_utils/test_launcher_contract.py runs one contract over every launcher of ``LAUNCHERS``
+tests/integration/test_launcher_contract.py runs one contract over every launcher of ``LAUNCHERS``
 and a test-only one written in a single file.
 
 ``DetachedLauncher`` starts the script as a detached process of its own session (the default).

@@ -3,8 +3,8 @@
 """The planner: what happens to each server of a host and why, and which process in the way may be stopped.
 
 Pure functions on snapshots (no /proc, no files, no processes), so every decision is unit-tested in
-milliseconds (tests/unit/plugins/module_utils/test_server_plan.py); server_control.py gathers the
-snapshots and acts on the decisions.
+milliseconds (tests/unit/plugins/module_utils/test_server_plan.py); the lifecycle package _lifecycle/
+gathers the snapshots (job.py), builds the plans (plan.py) and acts on the decisions (sequence.py, steps.py).
 
 One comparison (``compare``) yields both the decision to relaunch, the words of its reason and the
 diff, so the three can never disagree.
@@ -114,11 +114,12 @@ Holder = collections.namedtuple(
 Judgement = collections.namedtuple("Judgement", ["kind", "problem"])
 
 
-def judge_holder(holder, what, planned, ignored_patterns, force_gpu_holders, state_dir):
+def judge_holder(holder, what, planned, stopping, ignored_patterns, force_gpu_holders, state_dir):
     """Whether ``holder`` of ``what`` (``"GPU 3"``, ``"port 30000 of server 'gpu0'"``) blocks the run.
 
-    ``planned``: names of the servers of this request; ``ignored_patterns``: compiled regular expressions of
-    foreign GPU holders that are never in the way (nvidia-persistenced, ...).
+    ``planned``: names of the servers of this request, ``stopping`` those of them this run stops;
+    ``ignored_patterns``: compiled regular expressions of foreign GPU holders that are never in the way
+    (nvidia-persistenced, ...).
     """
     gpu = what.startswith("GPU")
     if holder.verdict == "foreign":
@@ -138,6 +139,10 @@ def judge_holder(holder, what, planned, ignored_patterns, force_gpu_holders, sta
         return Judgement("refuse", f"{what} is held by pid {holder.pid} ({holder.cmdline}) of server "
                                    f"{holder.server!r} of another deployment (state_dir {holder.deployment}); stop it "
                                    "there first")
+    if holder.server in stopping and not holder.protected:
+        # Spawned after its server was observed (one still starting spawns its schedulers): the stop looks for the
+        # server's processes again and takes it too.
+        return Judgement("ignore", None)
     if holder.server in planned:
         return Judgement("refuse", f"{what} is held by pid {holder.pid} ({holder.cmdline}) of server "
                                    f"{holder.server!r}, which this run leaves running")

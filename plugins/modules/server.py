@@ -462,6 +462,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     host_job,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
+    ServerControl,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
+    IGNORED_GPU_HOLDERS,
+    STATES,
+    ServerControlError,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     LAUNCHERS,
 )
@@ -472,12 +480,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import 
     secrets_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
-    IGNORED_GPU_HOLDERS,
-    STATES,
-    ServerControl,
-    ServerControlError,
-)
 
 ARGUMENT_SPEC = {
     **argument_specs.STATE_DIR,

@@ -4,6 +4,13 @@
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
+    FINISHED_STEPS,
+    STEP_DONE,
+    STEP_DRAINING,
+    STEP_KILLING,
+    STEP_STOPPING,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     STATES,
     count_ready,
@@ -58,12 +65,12 @@ def _in_rendezvous(report):
 
 def _server_step_words(server):
     step, seconds = server["step"], server["seconds"]
-    if step == "draining":
+    if step == STEP_DRAINING:
         left = server.get("requests_left")
         return "draining" + (f", {left} requests left" if left is not None else "") + f" ({seconds:.0f} s)"
-    if step == "stopping":
+    if step == STEP_STOPPING:
         return f"stopping {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
-    if step == "killing":
+    if step == STEP_KILLING:
         return f"SIGKILL sent {seconds:.0f} s ago ({server['processes_left']} processes left)"
     busy = {gpu: mib for gpu, mib in (server.get("gpu_used_mib") or {}).items() if mib}
     if server.get("port_holders"):
@@ -102,9 +109,9 @@ def format_server_progress(host, progress):
     lines = [f"{host}: {event['server']} {_event_words(event)}" for event in progress.get("events") or []
              if event["event"] in ("sigkill", "failed") or event.get("outcome") == "timed_out"]
     servers = progress["servers"]
-    pending = [server for server in servers if server["step"] not in ("done", "failed")]
+    pending = [server for server in servers if server["step"] not in FINISHED_STEPS]
     if pending:
-        done = len([server for server in servers if server["step"] == "done"])
+        done = len([server for server in servers if server["step"] == STEP_DONE])
         lines.append(" | ".join([f"{host}: {done}/{len(servers)} stopped or launched after {progress['elapsed']:.0f} s"]
                                 + [f"{server['name']} {_server_step_words(server)}" for server in pending]))
     return "\n".join(lines) or None

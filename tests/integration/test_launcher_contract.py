@@ -1,4 +1,4 @@
-"""One contract, every launcher: what server_control and the wait may rely on, whichever launcher runs a server.
+"""One contract, every launcher: what _lifecycle and the wait may rely on, whichever launcher runs a server.
 
 Parametrised over every launcher of ``launchers.LAUNCHERS`` and a test-only one written in one file
 (niced_launcher.py): registered, it is driven through ServerControl - checked, compared, launched, relaunched when
@@ -7,6 +7,7 @@ launchers this machine can run (systemd is not its init); the systemd launcher's
 molecule scenario ``systemd`` (systemd inside the LXC containers).
 """
 
+import copy
 import os
 import re
 import time
@@ -19,8 +20,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     launchers,
     server_plan,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_control import (
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
     ServerControl,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
     ServerControlError,
 )
 from ansible_collections.gpuops.sglang.plugins.modules.server import ARGUMENT_SPEC
@@ -42,7 +45,9 @@ def registered(monkeypatch):
 
 def module_params(host_args, servers, **options):
     """The server module's options as AnsibleModule would hand them over (defaults applied)."""
-    validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(host_args, servers=servers, progress_interval=1))
+    # A copy: validation fills the default of the systemd suboptions in place (the shared spec must stay as written).
+    validated = ArgumentSpecValidator(copy.deepcopy(ARGUMENT_SPEC)).validate(
+        dict(host_args, servers=servers, progress_interval=1))
     assert not validated.error_messages, validated.error_messages
     return dict(validated.validated_parameters, **options)
 
@@ -76,13 +81,14 @@ def test_a_launcher_declares_what_it_adds_and_checks_its_own_options(launcher, t
 
 def test_the_server_modules_launcher_choices_are_the_registry():
     assert ARGUMENT_SPEC["launcher"]["choices"] == list(launchers.LAUNCHERS)
-    assert launchers.DEFAULT_LAUNCHER == ARGUMENT_SPEC["launcher"]["default"] in launchers.LAUNCHERS
+    assert launchers.DEFAULT_LAUNCHER == ARGUMENT_SPEC["launcher"]["default"]
+    assert launchers.DEFAULT_LAUNCHER in launchers.LAUNCHERS
 
 
 def test_no_module_util_but_launchers_knows_which_launcher_it_talks_to():
     special = re.compile(r"isinstance\([^)]*Launcher\)|SystemdLauncher|DetachedLauncher|[=!]= \"(systemd|detached)\"")
-    offenders = [f"{path.name}:{number}: {line.strip()}"
-                 for path in sorted(MODULE_UTILS.glob("*.py")) if path.name != "launchers.py"
+    offenders = [f"{path.relative_to(MODULE_UTILS)}:{number}: {line.strip()}"
+                 for path in sorted(MODULE_UTILS.rglob("*.py")) if path.name != "launchers.py"
                  for number, line in enumerate(path.read_text().splitlines(), 1) if special.search(line)]
     assert offenders == []
 

@@ -13,19 +13,25 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MODULE_UTILS = REPO / "plugins" / "module_utils"
 PACKAGE = "ansible_collections.gpuops.sglang.plugins.module_utils"
-# The kill path: the sequence that stops and launches servers, and the launchers that signal them.
-KILL_PATH = {"server_control", "launchers"}
+# The kill path: the job and sequence that stop and launch servers, their steps, and the launchers that signal them.
+KILL_PATH = {"_lifecycle.job", "_lifecycle.sequence", "_lifecycle.steps", "launchers"}
 LOOKING_ONLY = ("gpu_info", "host_lock", "journal", "launch_scripts")
 
 
+def _source(name):
+    """The file of the module_util ``name`` (dotted below module_utils: ``_lifecycle.plan``)."""
+    return MODULE_UTILS / (name.replace(".", "/") + ".py")
+
+
 def imported_module_utils(path):
-    """Names of the collection's module_utils that the file at ``path`` imports."""
+    """Dotted names (below module_utils) of the collection's module_utils that the file at ``path`` imports."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
             sub = node.module[len(PACKAGE):].lstrip(".")
-            found |= {sub.split(".")[0]} if sub else {alias.name for alias in node.names}
-    return {name for name in found if (MODULE_UTILS / f"{name}.py").exists()}
+            # ``from <package> import name``: name is a module of the package, or something the package defines.
+            found |= {sub} | {f"{sub}.{alias.name}".lstrip(".") for alias in node.names}
+    return {name for name in found if _source(name).exists()}
 
 
 def payload(module):
@@ -35,7 +41,7 @@ def payload(module):
         name = todo.pop()
         if name not in carried:
             carried.add(name)
-            todo += imported_module_utils(MODULE_UTILS / f"{name}.py")
+            todo += imported_module_utils(_source(name))
     return carried
 
 

@@ -50,7 +50,7 @@ def test_a_state_file_from_before_launchers_counts_as_detached():
 
 def test_a_systemd_server_recorded_as_such_is_current_and_stops_through_systemd():
     systemd = recorded(launcher="systemd", unit_sha256="ccc")
-    assert recorded_settings(systemd)["launcher"] == "systemd"  # the launcher server_control stops it with
+    assert recorded_settings(systemd)["launcher"] == "systemd"  # the launcher that stops it
     assert decide("started", desired(launcher="systemd", unit_sha256="ccc"),
                   Observed(systemd, True, 4242), STATE_FILE).action == "unchanged"
     # Back to detached: the diff's "before" is the launcher that runs it (and must stop it).
@@ -118,8 +118,8 @@ def holder(**overrides):
     return Holder(**fields)
 
 
-def judge(held, what="GPU 0", planned=("gpu0",), ignored=(), force=False):
-    return judge_holder(held, what, set(planned), [re.compile(pattern) for pattern in ignored], force,
+def judge(held, what="GPU 0", planned=("gpu0",), stopping=(), ignored=(), force=False):
+    return judge_holder(held, what, set(planned), set(stopping), [re.compile(pattern) for pattern in ignored], force,
                         "/var/lib/gpuops-sglang")
 
 
@@ -136,6 +136,12 @@ def test_a_server_of_ours_without_state_file_is_refused():
 def test_a_server_this_run_leaves_running_is_refused():
     kind, problem = judge(holder(server="gpu0"))
     assert kind == "refuse" and "which this run leaves running" in problem
+
+
+def test_a_process_a_server_spawned_after_it_was_observed_goes_with_its_stop():
+    # Stopped (or relaunched) while still starting: a scheduler appeared between the look at it and the GPU check.
+    assert judge(holder(server="gpu0"), stopping=("gpu0",)) == ("ignore", None)
+    assert judge(holder(server="gpu0", protected=True), stopping=("gpu0",)).kind == "refuse"
 
 
 def test_the_modules_own_ancestor_is_never_in_the_stale_set():

@@ -1,0 +1,288 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kill -> verify GPU memory freed -> launch, for the SGLang servers of one host, each on its own.
+
+Everything that can be checked is checked before any process is touched or any script written:
+the request (request.py: names, ports, GPUs, files, numbers), GPUs present, foreign GPU holders and port owners.
+Then the launch scripts are written and a detached worker (module_utils/host_job.py) runs the sequence
+(sequence.py) per server through its steps (steps.py): out of the router and drained (module_utils/draining.py),
+SIGTERM -> wait -> SIGKILL, verify its GPUs free, launch it. One server whose GPU does not free in time, or whose
+process survives SIGKILL, is reported down; the others go on.
+"""
+
+import re
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    host_job,
+    launchers,
+    procfs,
+    run_lock,
+    script_files,
+    server_plan,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.plan import (
+    Snapshot,
+    defer_beyond_max_changes,
+    gpu_keyed,
+    plan_server,
+    requested_state,
+    stop_launcher_of,
+    take_last_good,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
+    ServerControlError,
+    validate_request,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
+    interrupted_summary,
+    journaled,
+    result,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.sequence import (
+    act,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.steps import (
+    check_router,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import (
+    GpuError,
+    require_present,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiError,
+    bounded_runner,
+    device_minors,
+    query_gpus,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
+    ServerProcesses,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    LockTimeout,
+    acquire_host_lock,
+    mark_lock_holder,
+    read_state,
+    release_host_lock,
+    state_path,
+    write_state,
+)
+
+SCRIPT_MODE = 0o700
+SCRIPT_DIRECTORY_MODE = 0o755
+
+
+class ServerControl:
+    """Brings the servers of one host to ``state`` (see the gpuops.sglang.server module docs)."""
+
+    def __init__(self, params, check_mode=False):
+        self.params = params
+        self.check_mode = check_mode
+        self.state_dir = params["state_dir"]
+        self.device_dir = params["gpu_device_dir"]
+        self.owner = ServerProcesses(self.state_dir)
+        self.launchers = launchers.launchers(self.owner, params)
+        self.launcher = self.launchers[params.get("launcher") or launchers.DEFAULT_LAUNCHER]
+        self.run = bounded_runner(params["nvidia_smi_timeout"])
+        self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
+        self.foreign = {}
+        self.stale = {}
+        self.timings = {}
+        # What happened to whom, in order, for the progress lines: {"server", "event", "at_s", ...}.
+        self.events = []
+        self.router = None
+        self.act_started = None
+        self.scripts = {script["name"]: script for script in params.get("scripts") or []}
+        # rollback: the servers going back to their last good script (name -> its record), and those that have none.
+        self.rollback_to, self.no_last_good = {}, {}
+        if params.get("rollback"):
+            self.scripts, self.rollback_to, self.no_last_good = take_last_good(params)
+        self.secrets = list(params.get("secrets") or [])
+
+    def apply(self, slice_seconds):
+        """Check, write scripts and start the sequence; returns the result, or a progress result with
+        ``carry`` when the sequence still runs after ``slice_seconds``."""
+        params = self.params
+        started = time.monotonic()
+        validate_request(params, self.launcher)
+        if params.get("run_id") and not self.check_mode:
+            try:
+                run_lock.renew(self.state_dir, params["run_id"])
+            except run_lock.RunLockError as exc:
+                raise ServerControlError(str(exc))
+        if self.check_mode:
+            plans, scripts, diffs = self._read_host(check_mode=True)
+            return dict(result(self, plans), scripts=scripts, script_diffs=diffs)
+        try:
+            lock_fd, waited = acquire_host_lock(self.state_dir, params["lock_timeout"])
+        except LockTimeout as exc:
+            raise ServerControlError(str(exc))
+        try:
+            self.timings["lock_wait_s"] = round(waited, 3)
+            earlier = host_job.unreported(self.state_dir)
+            interrupted = [interrupted_summary(record) for record in earlier]
+            for record in earlier:
+                host_job.mark_reported(self.state_dir, record)
+            plans, scripts, diffs = self._read_host(check_mode=False)
+            extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
+            if not any(plan.changes for plan in plans):
+                self.timings["total_s"] = round(time.monotonic() - started, 3)
+                return dict(journaled(self, plans, result(self, plans)), **extra)
+            job_id = host_job.new_job_id()
+
+            def work(progress):
+                mark_lock_holder(lock_fd)
+                return dict(act(self, plans, progress), **extra)
+
+            try:
+                host_job.start(self.state_dir, job_id, work,
+                               {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans]},
+                               keep_fds=(lock_fd,))
+            except OSError as exc:
+                raise ServerControlError(f"cannot record the job in {self.state_dir}: {exc}; no server was stopped")
+            except host_job.WorkerNotStarted as exc:
+                raise ServerControlError(str(exc))
+        finally:
+            release_host_lock(lock_fd)
+        return host_job.follow_result(self.state_dir, job_id, time.time() + slice_seconds)
+
+    # ---- reading the host --------------------------------------------------------------------
+
+    def _read_host(self, check_mode):
+        problem = self.launcher.problem()
+        if problem:
+            raise ServerControlError(f"{problem}; nothing was touched")
+        present = {gpu["index"]: gpu for gpu in self._query_gpus()}
+        self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
+        plans = [self._plan(spec) for spec in self.params["servers"]]
+        if not check_mode:
+            self._record_restarts(plans)
+        plans = defer_beyond_max_changes(plans, self.params.get("max_changes"))
+        # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
+        try:
+            require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
+        except GpuError as exc:
+            raise ServerControlError(str(exc))
+        for plan in plans:
+            plan.gpu_memory_before = gpu_keyed({
+                gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
+        self._check_conflicts(plans)
+        self.router = check_router(self.params, plans)
+        scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
+        return plans, scripts, diffs
+
+    def _query_gpus(self, ids=None):
+        try:
+            return query_gpus(self.run, self.params["nvidia_smi"], ids=ids)
+        except NvidiaSmiError as exc:
+            raise ServerControlError(str(exc))
+
+    def memory_used(self, gpus):
+        """Used MiB per GPU index, and the error of a failed query (the GPUs then count as not verified)."""
+        try:
+            return {gpu["index"]: gpu["memory_used_mib"] or 0 for gpu in self._query_gpus(gpus)}, None
+        except ServerControlError as exc:
+            return {}, str(exc)
+
+    def _script(self, spec):
+        """``(sha256, text)`` of the script the server will run: the one given, else the one on disk."""
+        given = self.scripts.get(spec["name"])
+        if given is not None:
+            return script_files.sha256_text(given["content"]), given["content"]
+        return script_files.read_script(spec["launch_script"])
+
+    def _plan(self, spec):
+        """Look at the host for one server (its state file, its processes, its script), then plan it."""
+        name = spec["name"]
+        state = requested_state(self.params["state"], name, self.no_last_good)
+        recorded = read_state(self.state_dir, name)
+        stop_launcher = stop_launcher_of(recorded, self.launchers)
+        running = stop_launcher.observe(name, recorded)
+        script = self._script(spec) if state != "stopped" else None
+        return plan_server(spec, state, Snapshot(recorded, running, script), self.launcher, stop_launcher,
+                           self.secrets, state_path(self.state_dir, name))
+
+    def _record_restarts(self, plans):
+        """systemd restarted a server since it was recorded: its state file follows its new main process."""
+        for plan in plans:
+            if plan.restarted_since_recorded:
+                main = plan.main
+                restarted = dict(plan.recorded, pid=main.pid, pgid=main.pgid, pid_starttime=main.starttime,
+                                 launched_at=procfs.start_epoch(main))
+                write_state(self.state_dir, plan.name, restarted)
+                plan.recorded = restarted
+
+    def _check_conflicts(self, plans):
+        """Before anything is written or killed: judge every GPU holder and port owner that is not ours to stop.
+
+        Foreign processes (no marker, or no deployment) fail the run, except GPU holders with
+        force_kill_gpu_holders; processes of a server this run leaves running fail it. Processes of a
+        server not in this request are stale (renamed or removed) and stopped with the servers whose GPU
+        or port they hold when that server has a state file in our state_dir; otherwise they belong to
+        another deployment on this host and fail the run.
+        """
+        planned = {plan.name for plan in plans}
+        doomed = {pid for plan in plans if plan.kills for pid in plan.processes}
+        stopping = {plan.name for plan in plans if plan.kills}
+        problems = []
+        ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
+
+        def judge(pid, what, needing):
+            if pid in doomed:
+                return
+            info = procfs.read_process(pid)
+            if info is None:
+                return
+            owner = self.owner.owner(pid)
+            stale_state = read_state(self.state_dir, owner.server) if owner.verdict == "ours" and owner.server else None
+            holder = server_plan.Holder(pid, info.cmdline, owner.verdict, owner.server, owner.deployment,
+                                        pid in self.owner.protected, stale_state is not None)
+            judgement = server_plan.judge_holder(holder, what, planned, stopping, ignored,
+                                                 self.params["force_kill_gpu_holders"], self.state_dir)
+            if judgement.kind == "refuse":
+                problems.append(judgement.problem)
+            elif judgement.kind == "force":
+                self.foreign[pid] = dict(procfs.describe(pid), holds=what)
+                for plan in needing:
+                    plan.blockers[pid] = info
+            elif judgement.kind == "stale":
+                # The whole stale server goes, not only the process in the way: its state file is removed.
+                stale, _group = self.owner.of_server(owner.server, stale_state)
+                stale[pid] = info
+                for stale_pid, stale_info in stale.items():
+                    entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
+                    if stale_pid == pid:
+                        entry["holds"] = what
+                    for plan in needing:
+                        plan.blockers[stale_pid] = stale_info
+
+        gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
+        holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors.get(gpu, gpu) for gpu in gpus}) if gpus else {}
+        for gpu in gpus:
+            for pid in holders.get(gpu, []):
+                judge(pid, f"GPU {gpu}", [plan for plan in plans if plan.changes and gpu in plan.gpus])
+        for plan in plans:
+            if plan.launches:
+                for port in [plan.spec["port"]] + (plan.spec.get("extra_ports") or []):
+                    for pid in procfs.port_listeners(port):
+                        judge(pid, f"port {port} of server {plan.name!r}", [plan])
+        if problems:
+            raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
+
+    def _write_scripts(self, plans, check_mode):
+        """Write the given launch scripts (and the launcher's units) after every check passed; returns their
+        results and diffs."""
+        scripts = [self.scripts[plan.name] for plan in plans if plan.name in self.scripts]
+        results, diffs = {}, []
+        try:
+            if scripts:
+                results, diffs = script_files.sync_scripts(scripts, SCRIPT_MODE, SCRIPT_DIRECTORY_MODE,
+                                                           self.params["required_paths"], self.secrets, check_mode)
+            units, unit_diffs = self.launcher.prepare(plans, check_mode)
+        except script_files.ScriptError as exc:
+            raise ServerControlError(str(exc), **exc.details)
+        except launchers.LauncherError as exc:
+            raise ServerControlError(f"{exc}; no server was stopped")
+        for name, unit in units.items():
+            results.setdefault(name, {})["unit"] = unit
+        return results, diffs + unit_diffs

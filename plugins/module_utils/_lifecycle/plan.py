@@ -1,0 +1,225 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What happens to each server of one call: the per-server record (ServerPlan) and the planning policy.
+
+Nothing here writes: a plan is built from what the host shows (a Snapshot that job.py gathers), the decision
+itself is server_plan.decide; then the canary deferral and, for a rollback, which last good script each server
+goes back to (files are only read).
+"""
+
+import collections
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    last_good,
+    launch_settings,
+    server_plan,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
+    ServerControlError,
+    script_problems,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
+    STEP_FAILED,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    DEFAULT_LAUNCHER,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
+    read_state,
+)
+
+
+def _is_index(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def gpu_keyed(values):
+    """``{gpu index: value}`` keyed by the index as text, in index order, as a result carries it."""
+    return {str(index): value for index, value in sorted(values.items())}
+
+
+class ServerPlan:
+    """What happens to one server, and what happened."""
+
+    def __init__(self, spec, recorded, launcher, stop_launcher):
+        self.spec = spec
+        self.name = spec["name"]
+        self.recorded = recorded
+        # Who starts it (the requested launcher), and who stops what runs now (the recorded one).
+        self.launcher = launcher
+        self.stop_launcher = stop_launcher
+        self.desired = None
+        recorded_gpus = (recorded or {}).get("gpus")
+        # A state file is only read: a malformed GPU list counts as none recorded.
+        if not isinstance(recorded_gpus, list) or not all(_is_index(gpu) for gpu in recorded_gpus):
+            recorded_gpus = []
+        self.gpus = sorted(spec.get("gpus") or recorded_gpus)
+        self.action = "unchanged"
+        self.reason = ""
+        # ProcessInfo of its main process while that is the recorded one (or the launcher's current one), else None.
+        self.main = None
+        self.processes = {}
+        self.group = None
+        # Stale servers and forced foreign holders that hold this server's GPUs or port: pid -> ProcessInfo.
+        self.blockers = {}
+        self.killed = []
+        self.last_signal = {}
+        self.script_sha256 = None
+        # Flags and environment of the launch script, keys hidden: recorded for the run journal.
+        self.launch_settings = None
+        self.launched = {}
+        self.rotated_log = None
+        self.timings = {}
+        self.gpu_memory_before = {}
+        self.gpu_memory_after = {}
+        # The worker's progress through kill -> verify -> launch (steps.py).
+        self.step = None
+        self.step_since = None
+        self.error = None
+        self.down = False
+        self.gpu_used = {}
+        self.gpu_holders = None
+        self.port_holders = []
+        self.processes_left = {}
+        self.stop_started = None
+        # Its drain (draining.Drain) and, behind a router, its worker URL and the router entries taken out.
+        self.drain = None
+        self.worker_url = None
+        self.router_removed = None
+
+    @property
+    def main_pid(self):
+        return self.main.pid if self.main else None
+
+    @property
+    def port(self):
+        """The port it serves on: the requested one, else the recorded one (a stop passes names only)."""
+        return self.spec.get("port") or (self.recorded or {}).get("port")
+
+    @property
+    def kills(self):
+        return self.action in ("relaunched", "stopped")
+
+    @property
+    def launches(self):
+        return self.action in ("launched", "relaunched")
+
+    @property
+    def changes(self):
+        """Stopped and/or launched: its GPUs and port are checked, its GPU memory verified."""
+        return self.action not in ("unchanged", "already_stopped", "deferred")
+
+    @property
+    def restarted_since_recorded(self):
+        """Unchanged, but its main process is not the recorded one: systemd restarted it since it was recorded."""
+        return self.action == "unchanged" and self.main_pid != self.recorded.get("pid")
+
+    @property
+    def gpu_used_mib(self):
+        return gpu_keyed(self.gpu_used)
+
+    def targets(self):
+        return {**self.blockers, **self.processes}
+
+    def enter(self, step, now):
+        self.step, self.step_since = step, now
+
+    def fail(self, now, error, down):
+        self.enter(STEP_FAILED, now)
+        self.error, self.down = error, down
+
+    def progress(self, now):
+        return {"name": self.name, "step": self.step, "seconds": round(now - (self.step_since or now), 1),
+                "action": self.action, "processes_left": len(self.processes_left),
+                "requests_left": self.drain.requests_left if self.drain else None,
+                "signal": "SIGKILL" if "SIGKILL" in self.last_signal.values() else (
+                    "SIGTERM" if self.last_signal else None),
+                "gpu_used_mib": self.gpu_used_mib, "port_holders": self.port_holders, "error": self.error}
+
+
+# What the host shows of one server before anything is decided: its state file (or None), what of it runs
+# (launchers.Running, seen through its stop launcher) and, unless it is to stop, the launch script it would
+# run as ``(sha256, text)``.
+Snapshot = collections.namedtuple("Snapshot", ["recorded", "running", "script"])
+
+
+def requested_state(state, name, no_last_good):
+    # A rollback stops a server that has no last good configuration rather than run the one that failed.
+    return "stopped" if name in no_last_good else state
+
+
+def stop_launcher_of(recorded, launchers_by_name):
+    """Stopping always goes through the launcher recorded in the state file (the default one when none is)."""
+    recorded_launcher = server_plan.recorded_settings(recorded)["launcher"]
+    return launchers_by_name.get(recorded_launcher, launchers_by_name[DEFAULT_LAUNCHER])
+
+
+def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_file):
+    """The ServerPlan of ``spec`` for ``state``: ``launcher`` starts it, ``stop_launcher`` stops what runs;
+    ``secrets`` are hidden from its launch settings, ``state_file`` is named in its reason."""
+    plan = ServerPlan(spec, snapshot.recorded, launcher, stop_launcher)
+    plan.processes, plan.group, plan.main = snapshot.running.processes, snapshot.running.group, snapshot.running.main
+    if state != "stopped":
+        plan.script_sha256, script_text = snapshot.script
+        plan.launch_settings = launch_settings.read_settings(script_text, secrets)
+        plan.desired = server_plan.desired_settings(spec, plan.script_sha256, launcher.name, launcher.desired(spec))
+    observed = server_plan.Observed(snapshot.recorded, bool(plan.processes), plan.main_pid)
+    decision = server_plan.decide(state, plan.desired, observed, state_file)
+    plan.action, plan.reason = decision.action, decision.reason
+    return plan
+
+
+def defer_beyond_max_changes(plans, limit):
+    """A canary: only the first ``limit`` (max_changes) servers that need a change get it; the others keep running
+    what they run, their scripts untouched, until a later call."""
+    if limit:
+        for plan in [plan for plan in plans if plan.changes][limit:]:
+            plan.action = "deferred"
+            plan.reason = f"deferred: at most {limit} servers change in this call (max_changes); would be " + \
+                plan.reason
+    return plans
+
+
+def take_last_good(params):
+    """For a rollback: each server's last good script becomes the one to launch; one without is stopped.
+
+    Returns ``(scripts, rollback_to, no_last_good)``: the scripts to write by server name, the record of the run
+    each server goes back to, and why the others have none.
+    """
+    if params.get("scripts"):
+        raise ServerControlError("invalid request: rollback launches the servers' last good scripts; "
+                                 "pass no scripts with it")
+    if params["state"] != "restarted":
+        raise ServerControlError(f"invalid request: rollback relaunches servers: state must be restarted, "
+                                 f"not {params['state']}")
+    state_dir, api_key = params["state_dir"], params.get("api_key")
+    scripts, rollback_to, no_last_good = {}, {}, {}
+    for spec in params["servers"]:
+        name = spec["name"]
+        # Never back to the script it is rolled back from when this run made it last good (a canary that came
+        # up, then regressed); back to it when an earlier run did (a group rank stopped for a peer's failure).
+        leaving = (read_state(state_dir, name) or {}).get("script_sha256")
+        try:
+            found, text = last_good.rollback_target(state_dir, name, leaving, params.get("run_id"))
+        except OSError as exc:
+            no_last_good[name] = str(exc)
+            continue
+        if text is None or not spec.get("launch_script"):
+            no_last_good[name] = (f"{name} has no last good configuration (it never came up with another one "
+                                  "on this host)")
+            continue
+        # It runs with today's key: a key rotated away since it came up must not serve again.
+        keyed, rekeyed = last_good.with_api_key(text, api_key)
+        if keyed is None:
+            no_last_good[name] = (f"the last good script of {name} has a command line whose --api-key cannot "
+                                  "be replaced (no exec line, or an abbreviated flag): it could serve with a "
+                                  "key rotated away")
+            continue
+        problems = script_problems(f"{name} (last good)", name, spec["launch_script"], {"content": keyed})
+        if problems:
+            no_last_good[name] = "; ".join(problems)
+            continue
+        scripts[name] = {"name": name, "path": spec["launch_script"], "content": keyed}
+        key = ("rekeyed" if rekeyed else "current") if api_key else ("removed" if rekeyed else "none")
+        rollback_to[name] = dict(found, key_status=key)
+    return scripts, rollback_to, no_last_good
