@@ -2,11 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parsing SGLang server logs (stdout+stderr of ``sglang.launch_server``) into phase, progress and facts.
 
-Both log dialects are understood: "classic" (up to about v0.5.10) and "new" (2026 nightlies, v0.5.23).
-A line is first normalised (ANSI colours and a ``name-1  | `` container prefix removed, then the
-``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0 TP0 EP0...)]`` logging prefix split off), then matched against
-``RULES``, a table of (regex, phase, handler). Python tracebacks, which span many unprefixed lines,
-are collected by a small state machine beside the table.
+Each line is split into records (``sglang_log_lines``: ANSI colours, container and logging prefixes), whose
+messages are matched against ``RULES`` (``sglang_log_rules``: what each line means, in both log dialects). Python
+tracebacks, which span many unprefixed lines, are collected by a small state machine beside the table.
 
 ``LogState`` is incremental: feeding a log in arbitrary chunks gives the same result as
 ``parse_log`` on the whole text, so a waiter can follow a growing log with ``LogFollower``.
@@ -19,11 +17,10 @@ each timeline entry; "target" for every other step, including ``warming_up`` and
 move forward within a component, so the timeline may go from the target's ``capturing_cuda_graph`` to
 the draft's ``loading_weights``, and a draft that fails to load crashed in ``loading_weights``.
 
-Crashes are recognised in every release's wording (the parent's SIGQUIT message, also as Python's
-logging prints it when the handler's own log call fails; scheduler and tokenizer exceptions; tracebacks
-without their ``Traceback`` header). A traceback about SGLang tearing itself down (frames in its
-SIGQUIT handler or ``kill_process_tree``, e.g. the RecursionError of early 2025 releases, or a
-``--- Logging error ---``) never replaces the exception that caused the crash.
+Crashes are recognised by the table's crash markers and by tracebacks, also without their ``Traceback``
+header. A traceback about SGLang tearing itself down (frames in its SIGQUIT handler or ``kill_process_tree``,
+e.g. the RecursionError of early 2025 releases, or a ``--- Logging error ---``) never replaces the exception
+that caused the crash.
 
 Nothing in a log makes the parser raise: a malformed number leaves its fact unknown, and every pattern
 matches in time linear in the line's length.
@@ -32,45 +29,26 @@ matches in time linear in the line's length.
 import codecs
 import collections
 import copy
-import math
 import os
 import re
 
-PHASES = (
-    "launching",
-    "initializing",
-    "loading_weights",
-    "allocating_memory",
-    "capturing_cuda_graph",
-    "warming_up",
-    "ready",
-    "crashed",
-    "stopping",
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log_lines import (
+    GLUED_RECORD,
+    continue_lines,
+    parse_record,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log_rules import (
+    CUDA_GRAPH_BAR,
+    DIALECT_MARKERS,
+    PHASES,
+    RULES,
+    SHELL_KILLED,
+    WEIGHTS_BAR,
+)
+
 STARTUP_PHASES = PHASES[:PHASES.index("ready")]
 _PHASE_RANK = {phase: rank for rank, phase in enumerate(PHASES)}
 
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# `docker compose logs` / `up` prefixes every line with the padded service name: "llm0-1  | ".
-_CONTAINER_PREFIX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| ")
-# SGLang's logging format: "[%(asctime)s{.msecs}{ DP0 PP0 ATTN_CP0 MOE_DP0 TP0 EP0}] message".
-_LOG_PREFIX = re.compile(
-    r"^\[(?P<timestamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
-    r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?(?P<message>.*)$"
-)
-_RANK = re.compile(r"([A-Z_]+?)(\d+)", re.ASCII)
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-# A progress bar (tqdm) ends without a line break, so another rank's record written meanwhile is glued to it:
-# "... 50/51 [00:00<00:00, 180.28it/s][2026-12-01 20:04:23 TP1] Load weight begin. ...". Split before such a record.
-_GLUED_RECORD = re.compile(r"(?<=it/s\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})|"
-                           r"(?<=s/it\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
-
-# tqdm bars (stderr, no logging prefix). Weight loading uses a fixed BAR_FORMAT with several
-# descriptions; graph capture uses the default format with "Capturing batches/num tokens (...)".
-WEIGHTS_BAR = re.compile(r"^(?P<desc>[^:|]+): +\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)\b")
-CUDA_GRAPH_BAR = re.compile(r"^Capturing [^:|]*: *\d+%\|[^|]*\| *(?P<done>\d+)/(?P<total>\d+)\b")
-# What a shell prints when the server dies by SIGKILL ("Killed" or "script: line 9: 123 Killed  cmd").
-SHELL_KILLED = re.compile(r"^(?:.*: line \d+: +\d+ )?Killed(?:\s|$)")
 # Unprefixed output that stands on its own and therefore ends an open traceback.
 _STANDALONE_OUTPUT = (WEIGHTS_BAR, CUDA_GRAPH_BAR, SHELL_KILLED)
 
@@ -90,272 +68,6 @@ _TRACEBACK_CHAIN = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:"
     r"|The above exception was the direct cause of the following exception:)$"
 )
-
-# Lines only one dialect writes; a "new" marker wins because early 2026 nightlies mixed both.
-_DIALECT_MARKERS = (
-    (re.compile(r"^server_args=\{"), "new"),
-    (re.compile(r"^Init parallel begin"), "new"),
-    (re.compile(r"^Memory baseline taken"), "new"),
-    (re.compile(r"^Capture (?:target|draft) \w+ CUDA graph"), "new"),
-    (re.compile(r"KV Cache is allocated\. dtype: "), "new"),
-    (re.compile(r"^Engine startup timings"), "new"),
-    (re.compile(r"^Tree cache initialized"), "new"),
-    (re.compile(r"^server_args=ServerArgs\("), "classic"),
-    (re.compile(r"^Init torch distributed begin"), "classic"),
-    (re.compile(r"^Load weight end\..*\bdtype="), "classic"),
-    (re.compile(r"^Capture (?:[\w ]+ )?(?:cuda|cpu|npu) graph begin"), "classic"),
-)
-
-# Fields of "Load weight end. [elapsed=12.02 s, ]type=..., [dtype=..., ][quant=..., ]avail mem=.. GB,
-# mem usage=.. GB." and of "Draft model loaded. type=..., mem usage=.. GB".
-# A decimal number; followed by its unit, or matched whole ("12x3", "1.2.3" are none), a malformed one leaves
-# its fact unknown.
-_DECIMAL = r"(\d+(?:\.\d+)?)"
-_WEIGHT_FIELDS = (
-    ("seconds", re.compile(r"\belapsed=" + _DECIMAL + r" ?s\b", re.ASCII), float),
-    ("type", re.compile(r"\btype=([\w.]+)", re.ASCII), str),
-    ("dtype", re.compile(r"\bdtype=([\w.]+)", re.ASCII), str),
-    ("quant", re.compile(r"\bquant=([\w.]+)", re.ASCII), str),
-    ("avail_mem", re.compile(r"\bavail mem=" + _DECIMAL + r" ?GB", re.ASCII), float),
-    ("mem_usage", re.compile(r"\bmem usage=" + _DECIMAL + r" ?GB", re.ASCII), float),
-)
-# "Capture cuda graph end. Time elapsed: 35.20 s. mem usage=2.10 GB. ..." (classic) or
-# "Capture target decode CUDA graph end. bs=[...], elapsed=1.56 s, mem usage=0.38 GB, ..." (new).
-_CAPTURE_SECONDS = re.compile(r"(?:Time elapsed: |\belapsed=)" + _DECIMAL + r" ?s\b", re.ASCII)
-_CAPTURE_MEM_USAGE = re.compile(r"\bmem usage=" + _DECIMAL + r" ?GB", re.ASCII)
-_KV_FIELDS = (
-    ("kv_cache_tokens", re.compile(r"#tokens: (\d+)(?![\w.])", re.ASCII), int),
-    ("kv_cache_dtype", re.compile(r"\bdtype: ([\w.]+)", re.ASCII), str),
-)
-_KV_SIZES = re.compile(r"\b(?:K|V|KV) size: " + _DECIMAL + r" ?GB", re.ASCII)
-_MAMBA_SIZES = re.compile(r"\b(\w+) size: " + _DECIMAL + r" ?GB", re.ASCII)
-_NUMBER_ASSIGNMENT = re.compile(r"\b(\w+)=(-?\d+(?:\.\d+)?)(?![\w.])", re.ASCII)
-# "cuda_graph={decode=35.12, ...}" or "{'decode': 35.12}"; [^{}] keeps a run of unclosed "{" linear.
-_STARTUP_GRAPH_TIMINGS = re.compile(r"cuda_graph=\{([^{}]*)\}")
-_GRAPH_TIMING = re.compile(r"\b(\w+)['\"]?\s*[:=]\s*" + _DECIMAL + r"(?![\w.])", re.ASCII)
-
-
-def _number(text):
-    """int or float of a matched number; None for one no server reports (thousands of digits)."""
-    try:
-        value = float(text) if "." in text else int(text)
-    except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _set_fact(state, record, key, value):
-    # Every rank logs its own copy: rank 0's value wins, else the first one reported.
-    if value is None:
-        return
-    primary = _is_primary_rank(record.ranks)
-    if key not in state.facts or (primary and key not in state._primary_facts):
-        state.facts[key] = value
-        if primary:
-            state._primary_facts.add(key)
-
-
-def _is_primary_rank(ranks):
-    return all(index == 0 for index in ranks.values())
-
-
-def _bar_progress(match):
-    done, total = _number(match.group("done")), _number(match.group("total"))
-    return None if done is None or total is None else {"done": done, "total": total}
-
-
-def _on_weights_bar(state, match, record):
-    state.progress["weights"] = _bar_progress(match) or state.progress["weights"]
-
-
-def _on_cuda_graph_bar(state, match, record):
-    state.progress["cuda_graph"] = _bar_progress(match) or state.progress["cuda_graph"]
-
-
-def _record_weight_facts(state, record, prefix):
-    for name, pattern, convert in _WEIGHT_FIELDS:
-        found = pattern.search(record.message)
-        if found:
-            _set_fact(state, record, prefix + "weight_load_" + name, convert(found.group(1)))
-
-
-def _rank_key(record):
-    return tuple(sorted(record.ranks.items()))
-
-
-def _on_load_weight_begin(state, match, record):
-    # A rank that already finished a load is loading the draft model now.
-    if state._weight_loads[_rank_key(record)]:
-        state._loading_component = "draft"
-
-
-def _on_load_weight_end(state, match, record):
-    # With speculative decoding each rank loads the target first and the draft model second.
-    state._loading_component = "target"
-    rank_key = _rank_key(record)
-    loads_before = state._weight_loads[rank_key]
-    state._weight_loads[rank_key] += 1
-    _record_weight_facts(state, record, "draft_" if loads_before else "")
-
-
-def _on_draft_model_loaded(state, match, record):
-    state._loading_component = "target"
-    _record_weight_facts(state, record, "draft_")
-
-
-def _on_kv_cache(state, match, record):
-    for key, pattern, convert in _KV_FIELDS:
-        found = pattern.search(record.message)
-        if found:
-            _set_fact(state, record, key, convert(found.group(1)))
-    sizes = [float(size) for size in _KV_SIZES.findall(record.message)]
-    if sizes:
-        _set_fact(state, record, "kv_cache_size_gb", round(sum(sizes), 2))
-
-
-def _on_kv_cache_dtype(state, match, record):
-    _set_fact(state, record, "kv_cache_dtype", match.group(1))
-
-
-def _on_mamba_cache(state, match, record):
-    _set_fact(state, record, "max_mamba_cache_size", _number(match.group(1)))
-    # "conv_state size: 1.20GB, ssm_state size: 30.00GB [intermediate_ssm_state_cache size: ...GB ...]"
-    for name, size in _MAMBA_SIZES.findall(record.message):
-        _set_fact(state, record, f"mamba_{name}_gb", float(size))
-
-
-def _on_capture_begin(state, match, record):
-    # v0.4.10/v0.5.9 "Capture draft [extend ]cuda graph", v0.5.23 "Capture draft decode CUDA graph"; the
-    # target's capture says "cuda graph" or "target".
-    state._capture_component = "draft" if "draft" in match.group(0).lower() else "target"
-
-
-def _on_capture_end(state, match, record):
-    # Several graphs may be captured (piecewise, decode, draft); rank 0's totals are reported.
-    if not _is_primary_rank(record.ranks):
-        return
-    prefix = "draft_" if "draft" in match.group(0) else ""
-    for key, pattern in (("cuda_graph_seconds", _CAPTURE_SECONDS), ("cuda_graph_mem_usage", _CAPTURE_MEM_USAGE)):
-        found = pattern.search(record.message)
-        if found:
-            key = prefix + key
-            state.facts[key] = round(state.facts.get(key, 0.0) + float(found.group(1)), 2)
-
-
-def _on_scheduler_summary(state, match, record):
-    # "max_total_num_tokens=.., chunked_prefill_size=.., max_prefill_tokens=.., max_running_requests=..,
-    # context_len=.., available_gpu_mem=.. GB" (available_cpu_mem on CPU); newer versions add keys.
-    for key, value in _NUMBER_ASSIGNMENT.findall(record.message):
-        _set_fact(state, record, key, _number(value))
-
-
-def _on_startup_timings(state, match, record):
-    # "load_weight=12.01, kv_cache_allocation=0.52, scheduler_e2e=60.10, cuda_graph={...}, tokenizer_e2e=65.82";
-    # the cuda_graph part maps capture phases to seconds ("decode=35.12" or "'decode': 35.12").
-    body = match.group(1)
-    timings = {}
-    graph = _STARTUP_GRAPH_TIMINGS.search(body)
-    if graph:
-        body = body.replace(graph.group(0), "")
-        timings["cuda_graph"] = {name: float(seconds) for name, seconds in _GRAPH_TIMING.findall(graph.group(1))}
-    timings.update((key, float(value)) for key, value in _NUMBER_ASSIGNMENT.findall(body))
-    _set_fact(state, record, "startup_timings", timings)
-
-
-def _on_crash_marker(state, match, record):
-    if state._error_summary is None:
-        state._error_summary = record.message
-
-
-Rule = collections.namedtuple("Rule", ["pattern", "phase", "handler"])
-
-
-def _rule(pattern, phase=None, handler=None):
-    return Rule(pattern if hasattr(pattern, "search") else re.compile(pattern, re.ASCII), phase, handler)
-
-
-# Every matching rule applies, in this order. Patterns are searched in the message (prefix removed).
-RULES = (
-    _rule(r"^server_args=", "initializing"),
-    _rule(r"^Init (?:torch distributed|parallel) begin", "initializing"),
-    _rule(r"^Load weight begin", "loading_weights", _on_load_weight_begin),
-    _rule(WEIGHTS_BAR, "loading_weights", _on_weights_bar),
-    _rule(r"^Load weight end\.", None, _on_load_weight_end),
-    _rule(r"^Draft model loaded\.", None, _on_draft_model_loaded),
-    _rule(r"^Using KV cache dtype: ([\w.]+)", "allocating_memory", _on_kv_cache_dtype),
-    _rule(r"^The available memory for KV cache is", "allocating_memory"),
-    _rule(r"^Mamba Cache is allocated\. max_mamba_cache_size: (\d+)", "allocating_memory", _on_mamba_cache),
-    _rule(r"\bKV Cache (?:is allocated|VA upper bound)", "allocating_memory", _on_kv_cache),
-    _rule(r"^SWAKVPool mem usage", "allocating_memory"),
-    _rule(r"^Memory pool end", "allocating_memory"),
-    # "Capture cuda graph begin", "Capture npu graph begin.", "Capture piecewise CUDA graph begin",
-    # "Capture draft extend cuda graph begin", "Capture target decode CUDA graph begin. backend=full, ..."
-    _rule(re.compile(r"^Capture [\w ]*?graph begin", re.IGNORECASE | re.ASCII), "capturing_cuda_graph",
-          _on_capture_begin),
-    _rule(CUDA_GRAPH_BAR, "capturing_cuda_graph", _on_cuda_graph_bar),
-    _rule(re.compile(r"^Capture [\w ]*?graph end", re.IGNORECASE | re.ASCII), None, _on_capture_end),
-    _rule(r"^max_total_num_tokens=\d+", "warming_up", _on_scheduler_summary),
-    _rule(r"^INFO: +(?:Uvicorn running on|Application startup complete)", "warming_up"),
-    _rule(r"^Engine startup timings \(s\): (.*)$", None, _on_startup_timings),
-    _rule(r"^The server is fired up and ready to roll!", "ready"),
-    # A node of a multi-node group other than rank 0: its schedulers are ready, its health endpoint a placeholder.
-    _rule(r"^Dummy health check server started", "ready"),
-    # ~v0.4.2 spelled it "child proces."; when the handler's log call itself failed (0.4.x, #3685) Python's
-    # logging printed it as "Message: 'Received sigquit ...'"; v0.5.23's watchdog path says "SIGQUIT received. ...".
-    _rule(r"^(?:Message: ')?Received sigquit from a child proces", "crashed", _on_crash_marker),
-    _rule(r"^SIGQUIT received\..*It usually means one child failed", "crashed", _on_crash_marker),
-    _rule(r"Scheduler hit an exception", "crashed", _on_crash_marker),
-    _rule(r"\bRank \d+ scheduler (?:died during initialization|is dead)", "crashed", _on_crash_marker),
-    _rule(r"^Initialization failed", "crashed", _on_crash_marker),
-    _rule(r"^Subprocess \S+ \(pid=\d+\) crashed with exit code", "crashed", _on_crash_marker),
-    _rule(r"^Child process unexpectedly failed with an exit code", "crashed", _on_crash_marker),
-    _rule(r"^TokenizerManager hit an exception", "crashed", _on_crash_marker),
-    # A node other than rank 0 blocks over its schedulers and says when one ends.
-    _rule(r"^Scheduler or DataParallelController \d+ terminated with", "crashed", _on_crash_marker),
-    _rule(SHELL_KILLED, "crashed", _on_crash_marker),
-    # argparse rejecting a flag: "launch_server.py: error: unrecognized arguments: --tp-szie 2".
-    _rule(r"^[\w. /-]+: error: ", "crashed", _on_crash_marker),
-    _rule(r"^SIGTERM received\..*Draining requests and shutting down", "stopping"),
-    _rule(r"^Gracefully exiting", "stopping"),
-    _rule(r"^Signal SIGTERM received while .*Force exiting", "stopping"),
-)
-
-LogRecord = collections.namedtuple("LogRecord", ["line", "timestamp", "ranks", "message"])
-
-
-def parse_record(raw_line):
-    """Split one physical line into a ``LogRecord`` (timestamp None and ranks {} when unprefixed)."""
-    line = _CONTAINER_PREFIX.sub("", _ANSI_ESCAPE.sub("", raw_line), count=1).rstrip()
-    prefixed = _LOG_PREFIX.match(line)
-    if not prefixed:
-        return LogRecord(line, None, {}, line)
-    # Rank numbers are short (the prefix regex allows any length; int() refuses thousands of digits).
-    ranks = {name: int(index[:18]) for name, index in _RANK.findall(prefixed.group("ranks"))}
-    return LogRecord(line, prefixed.group("timestamp"), ranks, prefixed.group("message"))
-
-
-def split_lines(text):
-    """Split on ``\\n``, ``\\r\\n`` and tqdm's ``\\r``; return (complete lines, unterminated rest).
-
-    A trailing ``\\r`` stays in the rest: it may be the first half of a ``\\r\\n`` split across reads.
-    """
-    pieces = _LINE_BREAK.split(text)
-    rest = pieces.pop()
-    if text.endswith("\r"):
-        rest = pieces.pop() + "\r"
-    return pieces, rest
-
-
-def continue_lines(pending, text):
-    """``split_lines(pending + text)``, scanning only ``text``: a long unterminated line fed in small
-    chunks stays linear."""
-    if pending.endswith("\r"):
-        pending, text = pending[:-1], "\r" + text
-    lines, rest = split_lines(text)
-    if not lines:
-        return [], pending + rest
-    lines[0] = pending + lines[0]
-    return lines, rest
 
 
 class LogState:
@@ -414,7 +126,7 @@ class LogState:
             self.feed_line(pending)
 
     def feed_line(self, line):
-        for piece in _GLUED_RECORD.split(line):
+        for piece in GLUED_RECORD.split(line):
             self._feed_record(piece)
 
     def _feed_record(self, line):
@@ -430,7 +142,7 @@ class LogState:
 
     def _apply_rules(self, record):
         message = record.message
-        for pattern, dialect in _DIALECT_MARKERS:
+        for pattern, dialect in DIALECT_MARKERS:
             if pattern.search(message) and self.log_format != "new":
                 self.log_format = dialect
         for rule in RULES:
