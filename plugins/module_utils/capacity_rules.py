@@ -3,8 +3,8 @@
 """What limits one SGLang server now, decided by a table of rules on its live ``/metrics`` gauges.
 
 Pure: no I/O, no clock, stdlib only, so the controller imports it too. A caller gathers a ``CapacitySnapshot``
-(the gauges of ``prometheus.sglang_gauges`` and what the server configured) and ``judge``s it: the first rule
-that fires names the binding constraint as a plain dict (an Ansible module returns it as it is)::
+(capacity_snapshot.py: the gauges of ``prometheus.sglang_gauges`` and what the server configured) and ``judge``s
+it: the first rule that fires names the binding constraint as a plain dict (an Ansible module returns it as it is)::
 
     {"bound": "mamba", "evidence": "mamba_usage 0.61 vs token_usage 0.21, 32 running = max_running_requests, "
      "queue 0", "advice": "try `--mamba-scheduler-strategy no_buffer` or a larger `--max-mamba-cache-size`",
@@ -15,10 +15,10 @@ described in docs/capacity.md; adding a rule is one function ``rule(snapshot) ->
 ``CAPACITY_RULES`` at the place its precedence asks for (and, for a new bound, one entry in ``BOUNDS``).
 """
 
-from __future__ import annotations
-
-import dataclasses
-import re
+from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_snapshot import (
+    NEW_STRATEGY_FLAG,
+    OLD_STRATEGY_FLAG,
+)
 
 # A pool this full turns new requests away: SGLang admits a request only while the pool also holds its input
 # and (up to 4096 of) its max_new_tokens on top of what the running requests reserve for their own remaining
@@ -42,9 +42,6 @@ AUTO_PICKS_EXTRA_BUFFER = (0, 5, 23)
 # speculative decoding, else 2).
 PING_PONG_FOLLOWS_OVERLAP = (0, 5, 10)
 
-OLD_STRATEGY_FLAG = "--mamba-scheduler-strategy"
-NEW_STRATEGY_FLAG = "--mamba-radix-cache-strategy"
-
 # bound -> how a status table says it.
 BOUNDS = {
     "idle": "idle",
@@ -55,86 +52,6 @@ BOUNDS = {
     "headroom": "headroom",
     "unknown": "unknown",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class CapacitySnapshot:
-    """One look at one server's load: its gauges and what it configured, plain values.
-
-    gauges: ``prometheus.sglang_gauges()`` of its ``/metrics`` (counts summed over DP ranks, ratios of the
-    fullest rank, None where absent); None when ``/metrics`` gave nothing.
-    The configured facts are per DP rank, as the scheduler resolved them (``/get_server_info``'s
-    ``internal_states[0]``: ``effective_max_running_requests_per_dp``, ``max_mamba_cache_size``; the boot log's
-    ``max_running_requests=`` and ``Mamba Cache is allocated. max_mamba_cache_size:``); None when unknown.
-    max_mamba_cache_size is None for a model without mamba layers.
-    The launch settings are those the server runs: mamba_strategy as resolved (None or "auto": resolved here as
-    SGLang does for its version), version as ``(0, 5, 23)`` (None: unknown), kv_cache_dtype (None: unknown or
-    auto), mem_fraction_static (None: unknown). ``snapshot_of`` builds one from what a server reports.
-    """
-
-    gauges: dict | None
-    max_running_requests: int | None = None
-    max_total_num_tokens: int | None = None
-    max_mamba_cache_size: int | None = None
-    mamba_strategy: str | None = None
-    speculative: bool = False
-    radix_cache_disabled: bool = False
-    overlap_disabled: bool = False
-    dp_size: int = 1
-    version: tuple | None = None
-    kv_cache_dtype: str | None = None
-    mem_fraction_static: float | None = None
-
-
-def _version(text):
-    """``"0.5.10.post1"`` -> (0, 5, 10); None when it is not a version."""
-    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", str(text or ""))
-    return tuple(int(number) for number in match.groups()) if match else None
-
-
-def snapshot_of(gauges, server_info, settings=None, log_facts=None):
-    """The CapacitySnapshot of a server from what it reports.
-
-    server_info: its ``/get_server_info`` (the scheduler's resolved values in ``internal_states[0]`` win over
-    the top level, which holds the arguments as launched), or server_facts' selection of it. settings: the
-    launch script's ``launch_settings.read_settings()``, for what server_info does not say. log_facts: the boot
-    log's facts (``sglang_log``), for the pool sizes and the request limit when server_info lacks them.
-    """
-    server_info, log_facts = server_info or {}, log_facts or {}
-    internal = (server_info.get("internal_states") or [{}])[0]
-    resolved = dict(server_info, **internal)
-    flags = (settings or {}).get("flags") or {}
-
-    def launched(key, *flag_names):
-        if resolved.get(key) is not None:
-            return resolved[key]
-        return next((flags[name] for name in flag_names if name in flags), None)
-
-    def resolved_count(key, fact, launched_on_top=False):
-        # launched_on_top: the top level holds the launch argument (a total over DP-attention ranks), not what the
-        # scheduler resolved: the log's value comes first.
-        on_top = server_info.get(key)
-        found = (internal.get(key), log_facts.get(fact), on_top) if launched_on_top else (
-            internal.get(key), on_top, log_facts.get(fact))
-        value = next((value for value in found if value is not None), None)
-        return None if value is None else int(value)
-
-    mem_fraction = launched("mem_fraction_static", "--mem-fraction-static")
-    return CapacitySnapshot(
-        gauges=gauges,
-        max_running_requests=resolved_count("effective_max_running_requests_per_dp", "max_running_requests"),
-        max_total_num_tokens=resolved_count("max_total_num_tokens", "max_total_num_tokens"),
-        max_mamba_cache_size=resolved_count("max_mamba_cache_size", "max_mamba_cache_size", launched_on_top=True),
-        mamba_strategy=(launched("mamba_radix_cache_strategy", NEW_STRATEGY_FLAG)
-                        or launched("mamba_scheduler_strategy", OLD_STRATEGY_FLAG)),
-        speculative=launched("speculative_algorithm", "--speculative-algorithm") not in (None, "", False),
-        radix_cache_disabled=launched("disable_radix_cache", "--disable-radix-cache") in (True, "true", "True"),
-        overlap_disabled=launched("disable_overlap_schedule", "--disable-overlap-schedule") in (True, "true", "True"),
-        dp_size=int(launched("dp_size", "--dp-size", "--data-parallel-size") or 1),
-        version=_version(resolved.get("version")),
-        kv_cache_dtype=launched("kv_cache_dtype", "--kv-cache-dtype"),
-        mem_fraction_static=None if mem_fraction is None else float(mem_fraction),
-    )
 
 
 def capacity(bound, evidence, advice=None, figures=None):

@@ -16,9 +16,7 @@ Processes are judged ours by server_processes.py either way; a launcher never si
 """
 
 import collections
-import hashlib
 import os
-import re
 import signal
 import subprocess
 
@@ -33,16 +31,21 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command impo
     CommandTimedOut,
     run_bounded,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.systemd_units import (
+    deployment_line,
+    legacy_unit_name,
+    render_unit,
+    unit_name,
+    unit_problems,
+    unit_sha256,
+)
 
 # processes: {pid: ProcessInfo} of the server; group: the process group to signal as a whole, or None;
 # main: ProcessInfo of its main process (the one recorded, or the unit's MainPID), or None.
 Running = collections.namedtuple("Running", ["processes", "group", "main"])
 
 SYSTEMCTL_TIMEOUT = 60
-UNIT_PREFIX = "gpuops-sglang-"
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
-# Characters a path in a unit may not hold: systemd splits on whitespace, unquotes and expands '$'; '%' is escaped.
-_UNSAFE_IN_UNIT = re.compile(r"[\s\"'\\;$]")
 
 
 class LauncherError(Exception):
@@ -143,81 +146,6 @@ class DetachedLauncher(Launcher):
 
     def kill(self, name, recorded=None):
         return self.owner.kill_now(name, recorded)
-
-
-def deployment_id(state_dir):
-    """A short id of the deployment (its state dir): two deployments on a host may both have a server gpu0."""
-    return hashlib.sha256(os.path.normpath(state_dir).encode("utf-8")).hexdigest()[:8]
-
-
-def unit_name(name, state_dir):
-    return f"{UNIT_PREFIX}{deployment_id(state_dir)}-{name}.service"
-
-
-def legacy_unit_name(name):
-    """The unit name before it carried the deployment (retired at the server's next launch or stop)."""
-    return f"{UNIT_PREFIX}{name}.service"
-
-
-def deployment_line(name, state_dir):
-    """The unit's Environment line: the marker and the deployment, by which a unit file is known as ours."""
-    return f"Environment={procfs.MARKER_VAR}={_escaped(name)} {procfs.DEPLOYMENT_VAR}={_escaped(state_dir)} SPT_NOENV=1"
-
-
-def _escaped(value):
-    return value.replace("%", "%%")
-
-
-def _seconds(value):
-    # TimeoutStopSec=0 would mean "never": the shortest span systemd takes instead.
-    return f"{max(round(value * 1000), 1)}ms"
-
-
-def unit_problems(where, spec, state_dir):
-    """Paths systemd would split, unquote or expand (a unit has no safe quoting for them), or take as relative."""
-    paths = (("launch_script", spec.get("launch_script")), ("log_path", spec.get("log_path")), ("state_dir", state_dir))
-    return [f"{where}.{key} {value!r} cannot be used in a systemd unit (an absolute path without whitespace, quotes, "
-            "backslashes, ';' or '$'): choose another path or sglang_launcher: detached"
-            for key, value in paths if value and (_UNSAFE_IN_UNIT.search(value) or not os.path.isabs(value))]
-
-
-def render_unit(name, launch_script, log_path, state_dir, stop_timeout, options):
-    """The unit of one server, from the same settings the detached launcher uses."""
-    restart = options["restart"]
-    lines = [
-        (f"# Written by gpuops.sglang.server for the deployment at {_escaped(state_dir)} as "
-         f"{unit_name(name, state_dir)}; edits are replaced at the next relaunch."),
-        f"# Starts at boot: {'yes' if options['enabled'] else 'no'}.",
-        "[Unit]",
-        f"Description=SGLang server {name} (gpuops.sglang)",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        f"StartLimitIntervalSec={_seconds(options['start_limit_interval'])}",
-        f"StartLimitBurst={options['start_limit_burst']}",
-        "",
-        "[Service]",
-        # exec: `systemctl start` fails when the script cannot be executed, instead of a silent crash.
-        "Type=exec",
-        f"ExecStart={_escaped(launch_script)}",
-        f"WorkingDirectory={_escaped(os.path.dirname(launch_script) or '/')}",
-        deployment_line(name, state_dir),
-        "StandardInput=null",
-        f"StandardOutput=append:{_escaped(log_path)}",
-        "StandardError=inherit",
-        # Every process of the server is in the unit's cgroup and goes with it: none can be orphaned.
-        "KillMode=control-group",
-        "KillSignal=SIGTERM",
-        f"TimeoutStopSec={_seconds(stop_timeout)}",
-        f"Restart={restart}",
-    ]
-    if restart != "no":
-        lines.append(f"RestartSec={_seconds(options['restart_sec'])}")
-    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
-
-
-def unit_sha256(content):
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 class SystemdLauncher(Launcher):

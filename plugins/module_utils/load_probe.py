@@ -17,7 +17,6 @@ probed. The load runs in a detached worker (host_job.py): the module's slices on
 
 import http.client
 import json
-import math
 import socket
 import threading
 import time
@@ -25,6 +24,7 @@ import time
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     capacity_rules,
+    capacity_snapshot,
     host_job,
     journal,
     option_ranges,
@@ -36,6 +36,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
     model_of,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.probe_figures import (
+    FIGURES,
+    summarize,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
@@ -50,49 +54,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 
 # Metrics samples, as fractions of the window: one in the steady state, one near the end.
 METRICS_AT = (0.5, 0.9)
-ERROR_EXAMPLES = 3
-FIGURES = ("output_tok_s", "requests_s", "ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")
 
 
 class ProbeError(Exception):
     """The probe cannot run (bad request, no server of ours to probe)."""
 
 
-# ---- pure: figures from request records ----------------------------------------------------------------
-
-
-def percentile(values, fraction):
-    """Nearest-rank percentile of ``values`` (None when empty)."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered))))
-    return ordered[rank - 1]
-
-
-def summarize(requests, tokens_in_window, window_s, concurrency):
-    """The figures of one server or of the host: ``requests`` are the finished ones, ``{ok, ttft_s, e2e_s, error}``."""
-    done = [request for request in requests if request["ok"]]
-    errors = [request for request in requests if not request["ok"]]
-
-    def rounded(value):
-        return None if value is None else round(value, 3)
-
-    figures = {
-        "concurrency": concurrency,
-        "window_s": round(window_s, 2),
-        "requests": len(done),
-        "errors": len(errors),
-        "error_examples": sorted({request["error"] for request in errors})[:ERROR_EXAMPLES],
-        "output_tokens": tokens_in_window,
-        "output_tok_s": round(tokens_in_window / window_s, 1) if window_s > 0 else None,
-        "requests_s": round(len(done) / window_s, 2) if window_s > 0 else None,
-    }
-    for name, key in (("ttft", "ttft_s"), ("e2e", "e2e_s")):
-        values = [request[key] for request in done if request.get(key) is not None]
-        figures[f"{name}_p50_s"] = rounded(percentile(values, 0.5))
-        figures[f"{name}_p90_s"] = rounded(percentile(values, 0.9))
-    return figures
+# ---- pure: what a probe client sends and reads ---------------------------------------------------------
 
 
 def request_body(route, input_len, output_len):
@@ -299,7 +267,7 @@ def _capacity(state, metrics, server_info):
     if not metrics:
         return None
     busiest = max(metrics, key=lambda gauges: (gauges.get("num_running_reqs") or 0) + (gauges.get("num_queue_reqs") or 0))
-    snapshot = capacity_rules.snapshot_of(busiest, server_info or {}, (state or {}).get("settings"))
+    snapshot = capacity_snapshot.snapshot_of(busiest, server_info or {}, (state or {}).get("settings"))
     return capacity_rules.judge(snapshot)
 
 

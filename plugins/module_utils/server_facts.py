@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     capacity_rules,
+    capacity_snapshot,
     journal,
     launchers,
     procfs,
@@ -225,7 +226,7 @@ def describe_servers(params):
             server.update(answer)
             server["status"] = server_status(server, now, foreign[server["name"]])
             settings = server.pop("_settings")
-            server["capacity"] = capacity_rules.judge(capacity_rules.snapshot_of(
+            server["capacity"] = capacity_rules.judge(capacity_snapshot.snapshot_of(
                 server["metrics"], server["server_info"], settings, server["log"].get("facts"))) \
                 if server["metrics"] else None
     return servers

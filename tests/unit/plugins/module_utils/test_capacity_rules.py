@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import capacity_rules
 from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_rules import (
-    CapacitySnapshot,
     judge,
     sentence,
     slots_per_request,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_snapshot import (
+    CapacitySnapshot,
     snapshot_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (

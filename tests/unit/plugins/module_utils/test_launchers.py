@@ -8,6 +8,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     LauncherError,
     SystemdLauncher,
     defaults,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.systemd_units import (
     deployment_id,
     legacy_unit_name,
     render_unit,

@@ -3,8 +3,10 @@
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
     completion_tokens,
-    percentile,
     request_body,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.probe_figures import (
+    percentile,
     summarize,
 )
 

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_rules import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_snapshot import (
     snapshot_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import (
