@@ -4,27 +4,24 @@
 
 The gpuops.sglang.wait action plugin runs the wait module in slices. One slice looks at every server of
 the host about every POLL_SECONDS and returns when all are decided (ready, crashed, stalled, timeout,
-replaced) or when the slice is over. This file does the I/O - the log, /proc, the health probe threads,
-the stall kill - and hands each look, as a plain ``Observation``, to the rules of ``readiness_rules``,
-which decide and hold the words of every state. What must survive between slices (start time, when each
-log last moved, decisions already taken) travels as a small JSON ``carry`` through the module's return
+replaced) or when the slice is over. This file does the looking - the log, /proc, the health probe threads -
+and hands each look, as a plain ``Observation``, to the rules of ``readiness_rules``, which decide and hold
+the words of every state. What a verdict causes on the host (the stall kill; at the end of the wait the
+router, last good and the journal) is ``after_ready``'s. What must survive between slices (start time, when
+each log last moved, decisions already taken) travels as a small JSON ``carry`` through the module's return
 value into the next call. The log is parsed again from the start of the run in every slice, so no parser
 state has to be serialised: startup logs are small (the server module rotates them at every launch).
 """
 
 from __future__ import annotations
 
-import collections
-import re
 import threading
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    after_ready,
     argument_specs,
     draining,
-    journal,
-    last_good,
-    launchers,
     option_ranges,
     procfs,
     run_lock,
@@ -48,102 +45,21 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     decide,
     stall_suspected_since,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
-    RouterError,
-    normalize_url,
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_log import (
+    RunLog,
+    local_timestamp,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
     recorded_starttime,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    LockTimeout,
-    acquire_host_lock,
     read_state,
-    release_host_lock,
     state_path,
-    write_state,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
-    LogFollower,
-    LogState,
-    phase_reached,
 )
 
 POLL_SECONDS = 0.2
-# A stalled server is killed only under the host lock; a call that holds it longer is acting on it.
-STALL_KILL_LOCK_SECONDS = 5
 HEALTH_INTERVAL_SECONDS = 1.0
-LOG_TAIL_LINES = 30
-# launched_at is taken just after the launch and log timestamps are whole seconds: a line stamped up
-# to this much before launched_at may still belong to the new run.
-LAUNCH_CLOCK_SLACK_SECONDS = 2
-
-
-_LINE_TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
-# Health checks (ours or anybody's) are not progress: a hung server still answers them with 503.
-_HEALTH_NOISE = re.compile(
-    r'"GET /(?:health|health_generate|get_server_info|server_info|metrics)[ ?"]|Health check (?:failed|request)')
-
-
-def line_epoch(line):
-    """Epoch seconds of a timestamped SGLang log line (local time, as SGLang writes it), else None."""
-    match = _LINE_TIMESTAMP.match(line)
-    if not match:
-        return None
-    try:
-        return time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
-    except ValueError:
-        return None
-
-
-def local_timestamp(epoch):
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
-
-
-class RunLog:
-    """The log of the current run of one server, parsed incrementally.
-
-    A log that was not rotated still holds earlier runs: a timestamped line older than the launch
-    discards everything read so far, and untimestamped lines right after it (an old traceback) too.
-    """
-
-    def __init__(self, path, launched_at=None, secrets=()):
-        self._follower = LogFollower(path) if path else None
-        self._secrets = secrets
-        self._launched_at = launched_at
-        self._skipping_old_run = False
-        self._start()
-
-    def _start(self):
-        self.state = LogState()
-        self.tail = collections.deque(maxlen=LOG_TAIL_LINES)
-        self.activity_lines = 0
-        self.last_activity_line = None
-
-    def read(self):
-        if self._follower is None:
-            return
-        # SGLang logs its server_args, API keys included.
-        for line in (scrub_text(line, self._secrets) for line in self._follower.read_new()):
-            stamp = line_epoch(line)
-            if self._launched_at and stamp is not None and stamp < self._launched_at - LAUNCH_CLOCK_SLACK_SECONDS:
-                self._start()
-                self._skipping_old_run = True
-                continue
-            if self._skipping_old_run and stamp is None:
-                continue
-            self._skipping_old_run = False
-            self.state.feed_line(line)
-            if line.strip():
-                self.tail.append(line)
-                if not _HEALTH_NOISE.search(line):
-                    self.activity_lines += 1
-                    self.last_activity_line = line
-
-    def phase_reached(self):
-        return phase_reached(self.state.timeline, self.state.phase)
 
 
 class HealthProbe:
@@ -331,7 +247,8 @@ class ServerTracker:
         elif state.names_phase_reached:
             report["phase"], report["component"] = self.log.phase_reached()
         if status == "stalled":
-            report["killed_pids"], report["not_killed"] = self._stall_kill()
+            report["killed_pids"], report["not_killed"] = after_ready.stall_kill(
+                self._options, self.name, self.pid, self.action, self._recorded)
         report["msg"] = self.explain(report, now, **details, **context)
         self.result = report
         return report
@@ -353,37 +270,6 @@ class ServerTracker:
             "health": self._health,
             "silent_s": round(time.time() - self._last_activity, 1),
         }
-
-    def _stall_kill(self):
-        """``(killed pids, why not killed)`` for a stalled server."""
-        if self.action == "unchanged":  # its silence is no fault of the run: reported, never killed
-            return [], "this run left it unchanged"
-        if not self._options["kill_stalled"]:
-            # Left as found for inspection (py-spy, the log); check mode kills nothing and says nothing of it.
-            return [], None if self._options["check_mode"] else "kill_stalled is false"
-        return self._kill_stalled()
-
-    def _kill_stalled(self):
-        """``(killed pids, why not killed)``: under the host lock, and only while the state file still records
-        the process this wait watches (another run may have replaced the server since this slice began)."""
-        state_dir = self._options["state_dir"]
-        try:
-            lock_fd, _waited = acquire_host_lock(state_dir, STALL_KILL_LOCK_SECONDS)
-        except LockTimeout:
-            return [], "another call holds the host lock, it may be relaunching this server"
-        try:
-            recorded = read_state(state_dir, self.name) or {}
-            if recorded.get("pid") not in (None, self.pid):
-                return [], f"the state file now records pid {recorded.get('pid')}: another run replaced it"
-            # Through the launcher that runs it: a unit with Restart=on-failure is stopped, not restarted.
-            by_name = launchers.launchers(ServerProcesses(state_dir), {"state_dir": state_dir})
-            launcher = by_name.get(recorded.get("launcher"), by_name[launchers.DEFAULT_LAUNCHER])
-            try:
-                return launcher.kill(self.name, self._recorded), None
-            except launchers.LauncherError as exc:
-                return [], str(exc)
-        finally:
-            release_host_lock(lock_fd)
 
     def confirm_ready(self, now, answer):
         """Ready earlier in the wait must still hold at its end (``STILL_READY_RULES``)."""
@@ -439,6 +325,7 @@ def wait_slice(params, carry=None, check_mode=False):
         time.sleep(POLL_SECONDS)
 
     reports = [tracker.result or tracker.report() for tracker in trackers]
+    outcome = {}
     if check_mode:
         for tracker, report in zip(trackers, reports):
             if tracker.result is None:
@@ -450,104 +337,14 @@ def wait_slice(params, carry=None, check_mode=False):
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
     else:
         _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
-        # What each server's state file says now, read once for the last good copies and the journal.
-        states = {tracker.name: read_state(params["state_dir"], tracker.name) for tracker in trackers}
-        # A configuration that came up is good, whether or not the router then takes the server back.
-        keep_last_good(params, trackers, states)
-        register_ready(params, [tracker for tracker in trackers if STATES[tracker.result["status"]].ready], states)
+        outcome = after_ready.act_on_verdicts(params, trackers)
         reports = [tracker.result for tracker in trackers]
-    result = finish(reports, now - carry["started_at"], check_mode)
-    if not check_mode and params["journal"]:
-        result["journal_error"] = journal_relaunch(params, trackers, states)
+    result = dict(finish(reports, now - carry["started_at"], check_mode), **outcome)
     keep_hold = params["hold_on_failure"] and result["not_ready"]
     if params["release_run"] and params.get("run_id") and not check_mode and not keep_hold:
         # The run's last call to the host: giving it back here saves the release's round trip.
         result["released"] = run_lock.release(params["state_dir"], params["run_id"])
     return result
-
-
-def register_ready(params, trackers, states):
-    """Behind a router (router_url): every ready server the deployment owes a place in the router (its state
-    file's ``router_add``, see ``draining.owes_router``) is added and must be listed healthy before the wait
-    ends; one that is not is ``unrouted``. One that is not owed and not in the router (an operator took it out)
-    stays out, reported ``left_out``; one already in it is only checked healthy. Only ready servers are added:
-    the router's add job cannot be cancelled, and one queued for a server that then crashed would add it
-    whenever it answered."""
-    client = draining.router_client(params)
-    # A node after rank 0 of a group serves only a placeholder: never a worker.
-    routed = [tracker for tracker in trackers if not tracker.node_rank]
-    if client is None or not routed:
-        return
-    for tracker in routed:  # what the summary counts, also when the router cannot be asked
-        tracker.result["router"] = {"worker_url": draining.worker_url(params, tracker.port), "worker_id": None,
-                                    "healthy": False, "left_out": False}
-    try:
-        registered = {normalize_url(worker.url): worker.id for worker in client.workers()}
-    except RouterError as exc:
-        for tracker in routed:
-            _unrouted(tracker, str(exc))
-        return
-    following = []
-    for tracker in routed:
-        url = tracker.result["router"]["worker_url"]
-        owed = (states[tracker.name] or {}).get(draining.ROUTER_ADD_KEY)
-        known_id = registered.get(normalize_url(url))
-        tracker.result["router"].update(worker_id=known_id, left_out=not owed and known_id is None)
-        if owed:
-            try:
-                following.append((tracker, client.add(url)))
-            except RouterError as exc:
-                _unrouted(tracker, str(exc))
-        elif known_id is not None:
-            following.append((tracker, known_id))
-    deadline = time.monotonic() + params["router_timeout"]
-    for tracker, worker_id in following:  # the router adds them concurrently: one deadline for all
-        tracker.result["router"]["worker_id"] = worker_id
-        try:
-            worker = client.wait_healthy(worker_id, max(deadline - time.monotonic(), POLL_SECONDS))
-        except RouterError as exc:
-            _unrouted(tracker, str(exc))
-            continue
-        tracker.result["router"].update(worker_id=worker.id, healthy=True)
-        _settle_router_debt(params["state_dir"], tracker, states[tracker.name])
-
-
-def _settle_router_debt(state_dir, tracker, state):
-    """The router has the server: a later run finding it outside the router leaves it there (an operator's)."""
-    if state and state.get(draining.ROUTER_ADD_KEY) and state.get("pid") == tracker.pid:
-        write_state(state_dir, tracker.name, dict(state, **{draining.ROUTER_ADD_KEY: False}))
-
-
-def _unrouted(tracker, error):
-    tracker.result.update(status="unrouted", router_error=error)
-    tracker.result["msg"] = STATES["unrouted"].sentence(tracker.result)
-
-
-def keep_last_good(params, trackers, states):
-    """The script of every ready server becomes its last good configuration (what a rollback goes back to)."""
-    for tracker in trackers:
-        if STATES[tracker.result["status"]].ready:
-            state = states[tracker.name]
-            if state and state.get("pid") == tracker.pid:
-                problem = last_good.keep(params["state_dir"], tracker.name, state, params.get("run_id"))
-                if problem:
-                    tracker.result["last_good_error"] = problem
-
-
-def journal_relaunch(params, trackers, states):
-    """Append the outcome of every server to the run journal; each report gains ``since_last_good``: its
-    settings, facts and timings against the newest earlier run in which it came up with the same model."""
-    state_dir, run_id = params["state_dir"], params.get("run_id")
-    earlier = journal.runs(journal.read_records(state_dir))
-    entries = {}
-    for tracker in trackers:
-        entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, states[tracker.name],
-                                       tracker.action, journal.previous_settings(earlier, tracker.name))
-        entries[tracker.name] = entry
-        good = journal.last_good(earlier, tracker.name, entry.get("model"), before_run_id=run_id)
-        tracker.result["since_last_good"] = journal.compare(good, entry) if good else None
-        tracker.result["journal"] = entry
-    return journal.append(state_dir, journal.run_header(state_dir, "relaunch", run_id), entries)
 
 
 def _confirm_ready(trackers):

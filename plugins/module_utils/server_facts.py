@@ -34,12 +34,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings impo
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
     sglang_gauges,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import RunLog
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     SERVER_INFO_RULES,
     Observation,
     decide,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_log import RunLog
 from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
     read_script,
 )

@@ -1,8 +1,8 @@
-"""Pure parts of readiness tracking: run boundaries in unrotated logs."""
+"""The log of the current run (run_log.py): run boundaries in unrotated logs."""
 
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_log import (
     RunLog,
     line_epoch,
 )

@@ -323,7 +323,7 @@ def verdicts(rules):
 
 def test_the_decided_states_are_the_verdicts_of_the_rules_and_of_the_router_check():
     assert set(FIRING) == set(WAIT_RULES + STILL_READY_RULES + SERVER_INFO_RULES), "a rule without a look"
-    # unrouted: a ready server the router did not take back (readiness.register_ready).
+    # unrouted: a ready server the router did not take back (after_ready.register_ready).
     decided = verdicts(WAIT_RULES + STILL_READY_RULES + SERVER_INFO_RULES) | {"unrouted"}
     assert {name for name, state in STATES.items() if state.decided} == decided
 
