@@ -18,7 +18,7 @@ SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, SIM_DIR)
 
 import fakegpu
-import sglang_sim
+from sglang_simulator.config import make_model
 
 SIM_SCRIPT = os.path.join(SIM_DIR, "sglang_sim.py")
 FAKEGPU_SCRIPT = os.path.join(SIM_DIR, "fakegpu.py")
@@ -161,16 +161,16 @@ def gpu_dir(tmp_path):
 @pytest.fixture
 def model_dir(tmp_path):
     path = str(tmp_path / "model")
-    sglang_sim.make_model(["--make-model", path, "--arch", "Qwen3NextForCausalLM", "--hybrid-mamba",
-                           "--shards", "4", "--weights-gib", "20"])
+    make_model(["--make-model", path, "--arch", "Qwen3NextForCausalLM", "--hybrid-mamba",
+                "--shards", "4", "--weights-gib", "20"])
     return path
 
 
 @pytest.fixture
 def draft_model_dir(tmp_path):
     path = str(tmp_path / "draft")
-    sglang_sim.make_model(["--make-model", path, "--arch", "LlamaForCausalLMEagle3", "--shards", "1",
-                           "--weights-gib", "0.8", "--layers", "1"])
+    make_model(["--make-model", path, "--arch", "LlamaForCausalLMEagle3", "--shards", "1",
+                "--weights-gib", "0.8", "--layers", "1"])
     return path
 
 

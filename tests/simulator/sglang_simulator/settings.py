@@ -1,0 +1,70 @@
+"""Run-wide settings taken from the environment (class Sim), made once in main() and handed to the objects
+that read them.
+
+Environment:
+  GPUOPS_FAKE_GPU_DIR     fake GPU state dir (fakegpu.py init); without it no memory is accounted
+  SGLANG_SIM_LOG_FORMAT   classic (default) | new
+  SGLANG_SIM_TIME_SCALE   multiplies every startup phase duration (default 1: ready in about 3-5 s; 0: at once);
+                          the serving rates below are not scaled
+  SGLANG_SIM_DECODE_TOKENS_PER_S   tokens per second each running request generates (default 40)
+  SGLANG_SIM_PREFILL_TOKENS_PER_S  prompt tokens per second a rank prefills (default 20000)
+  SGLANG_SIM_TICK_S       shortest gap between two chunks of a stream, and the scheduler's tick (decode log
+                          lines, idle refresh) (default 0.1: 64 streams took 7 % of a core here, 12 % at 0.05)
+  SGLANG_SIM_IDLE_REFRESH_S  seconds without a batch before the idle gauge refresh (default 30, as SGLang)
+  SGLANG_SIM_FAULT        comma list of faults (faults.py: one row each); ``<fault>@<R>`` applies only on node
+                          rank R (one environment for every node)
+  SGLANG_SIM_FAULT_DELAY  seconds after ready before crash_after_ready fires (default 2)
+  SGLANG_SIM_RELEASE_DELAY seconds GPU memory outlives the process with slow_release (default 3)
+"""
+
+import os
+import sys
+import time
+
+from .faults import parse_faults
+from .log import VERSIONS
+
+
+def getenv_float(name, default):
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def getenv_positive(name, default):
+    value = getenv_float(name, default)
+    if value <= 0:
+        sys.exit(f"{name} must be a number above 0, not {os.environ[name]!r}; unset it for {default:g}")
+    return value
+
+
+class Sim:
+    """Run-wide settings taken from the environment."""
+
+    def __init__(self):
+        self.log_format = os.environ.get("SGLANG_SIM_LOG_FORMAT", "classic")
+        if self.log_format not in VERSIONS:
+            sys.exit(f"SGLANG_SIM_LOG_FORMAT must be classic or new, not {self.log_format!r}")
+        self.time_scale = getenv_float("SGLANG_SIM_TIME_SCALE", 1.0)
+        self.node_faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT", ""))
+        self.fault_delay = getenv_float("SGLANG_SIM_FAULT_DELAY", 2.0)
+        self.select_node(0)
+        self.gpu_dir = os.environ.get("GPUOPS_FAKE_GPU_DIR") or None
+        self.new = self.log_format == "new"
+        self.decode_rate = getenv_positive("SGLANG_SIM_DECODE_TOKENS_PER_S", 40.0)
+        self.prefill_rate = getenv_positive("SGLANG_SIM_PREFILL_TOKENS_PER_S", 20000.0)
+        self.tick = getenv_positive("SGLANG_SIM_TICK_S", 0.1)
+        self.idle_refresh = getenv_positive("SGLANG_SIM_IDLE_REFRESH_S", 30.0)
+
+    def select_node(self, node_rank):
+        """Keep the faults meant for this node (``fault@<node rank>``, or unqualified)."""
+        self.faults = {name for name, node in self.node_faults if node in (None, node_rank)}
+        self.release_delay = getenv_float("SGLANG_SIM_RELEASE_DELAY", 3.0) if "slow_release" in self.faults else None
+
+    def sleep(self, seconds):
+        if self.time_scale > 0:
+            time.sleep(seconds * self.time_scale)
+
+    def scaled(self, seconds):
+        """A startup timeout on the simulated clock: scaled like the phases, whole at time scale 0."""
+        return seconds * self.time_scale if self.time_scale > 0 else seconds
+
