@@ -10,12 +10,12 @@ beside them. tests/unit/plugins/module_utils/test_argument_specs.py fails when a
 """
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import option_ranges
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    DEFAULT_STATE_DIR,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     DEFAULT_NVIDIA_SMI_TIMEOUT,
     DRIVER_GPUS_DIR,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
 )
 
 STATE_DIR = {"state_dir": {"type": "path", "default": DEFAULT_STATE_DIR}}
@@ -63,6 +63,28 @@ SYSTEMD_RANGES = {"restart_sec": option_ranges.seconds(0.1, 3600), "start_limit_
 # Modules that end a job on the host append what they found to the run journal (module_utils/journal.py).
 JOURNAL = {"journal": {"type": "bool", "default": True}}
 
+# The suboptions that say which server an entry of a module's ``servers`` list is (wait, probe, server,
+# server_info; journal's ``servers`` is a list of names). Each module documents them itself - a doc fragment
+# cannot carry them, as a module's own ``servers`` would replace the fragment's suboptions -
+# and test_argument_specs.py fails when a module's documentation and its composed spec differ.
+SERVER_IDENTITY = {
+    "name": {"type": "str", "required": True},
+    "port": {"type": "int"},
+    "log_path": {"type": "path"},
+}
+
+
+def servers_option(identity=tuple(SERVER_IDENTITY), required=False, **own):
+    """``{"servers": ...}``: a list of dicts with the SERVER_IDENTITY suboptions named in ``identity``, then the
+    module's ``own`` suboptions."""
+    options = {key: dict(SERVER_IDENTITY[key]) for key in identity}
+    options.update(own)
+    option = {"type": "list", "elements": "dict", "options": options}
+    if required:
+        option["required"] = True
+    return {"servers": option}
+
+
 # Each module's own options and ranges, where more than its module reads them: the action plugins validate the
 # options on the controller, and plugin_utils/role_options takes the ranges for the role variables passed to
 # them - from here, without importing the module's host-side logic.
@@ -88,14 +110,7 @@ SERVER_RANGES = dict(
 )
 # gpuops.sglang.wait
 WAIT_ARGUMENT_SPEC = {
-    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-        "name": {"type": "str", "required": True},
-        "port": {"type": "int"},
-        "log_path": {"type": "path"},
-        "pid": {"type": "int"},
-        "action": {"type": "str"},
-        "node_rank": {"type": "int"},
-    }},
+    **servers_option(required=True, pid={"type": "int"}, action={"type": "str"}, node_rank={"type": "int"}),
     **HTTP,
     **HEALTH,
     **ROUTER,
@@ -119,10 +134,7 @@ WAIT_RANGES = dict(
 # gpuops.sglang.probe
 PROBE_ROUTES = {"generate": "/generate", "completions": "/v1/completions"}
 PROBE_ARGUMENT_SPEC = {
-    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-        "name": {"type": "str", "required": True},
-        "port": {"type": "int"},
-    }},
+    **servers_option(("name", "port"), required=True),
     "concurrency": {"type": "int", "default": 16},
     "duration": {"type": "float", "default": 30},
     "input_len": {"type": "int", "default": 256},

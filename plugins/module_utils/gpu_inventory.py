@@ -6,6 +6,9 @@ that only look (gpu_info, host_lock) carry no stop or kill code.
 """
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    DEFAULT_STATE_DIR,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     DRIVER_GPUS_DIR,
     NvidiaSmiError,
@@ -14,9 +17,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    DEFAULT_STATE_DIR,
 )
 
 

@@ -17,6 +17,11 @@ import traceback
 import uuid
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs, run_lock
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    JOB_SUFFIX,
+    job_file,
+    jobs_dir,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     write_atomic,
@@ -25,8 +30,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     scrub_data,
     scrub_text,
 )
-
-JOBS_DIR = "jobs"
 
 
 class JobError(Exception):
@@ -38,25 +41,17 @@ KEEP_RECORDS = 20
 POLL_SECONDS = 0.25
 
 
-def _jobs_dir(state_dir):
-    return os.path.join(state_dir, JOBS_DIR)
-
-
-def record_path(state_dir, job_id):
-    return os.path.join(_jobs_dir(state_dir), f"{job_id}.json")
-
-
 def new_job_id():
     return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def write_record(state_dir, record):
     # A file on the host, returned to the controller by whoever reads it next: no credential may reach it.
-    write_atomic(record_path(state_dir, record["job_id"]), json.dumps(scrub_data(record), sort_keys=True), 0o600)
+    write_atomic(job_file(state_dir, record["job_id"]), json.dumps(scrub_data(record), sort_keys=True), 0o600)
 
 
 def read_record(state_dir, job_id):
-    return read_json_object(record_path(state_dir, job_id))
+    return read_json_object(job_file(state_dir, job_id))
 
 
 class WorkerNotStarted(Exception):
@@ -75,7 +70,7 @@ def start(state_dir, job_id, work, meta, keep_fds=()):
     stored as the result (an exception as an error). ``keep_fds`` stay open in the worker (the host
     lock: it is released when the worker exits).
     """
-    os.makedirs(_jobs_dir(state_dir), 0o700, exist_ok=True)
+    os.makedirs(jobs_dir(state_dir), 0o700, exist_ok=True)
     record = dict(meta, job_id=job_id, status="running", started=time.time(), progress=None, result=None,
                   reported=False, worker_pid=None)
     write_record(state_dir, record)
@@ -89,7 +84,7 @@ def start(state_dir, job_id, work, meta, keep_fds=()):
                 return current
             time.sleep(0.01)
         raise WorkerNotStarted(f"the worker of job {job_id} did not say it started within 10 s; it may still run: "
-                               f"see {record_path(state_dir, job_id)} before relaunching again")
+                               f"see {job_file(state_dir, job_id)} before relaunching again")
     # First child: new session, then fork again so the worker is not a session leader (no terminal).
     try:
         os.setsid()
@@ -194,10 +189,10 @@ def unreported(state_dir):
 
 def _job_ids(state_dir):
     try:
-        names = os.listdir(_jobs_dir(state_dir))
+        names = os.listdir(jobs_dir(state_dir))
     except OSError:
         return []
-    return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
+    return sorted(name[:-len(JOB_SUFFIX)] for name in names if name.endswith(JOB_SUFFIX))
 
 
 def _prune(state_dir):
@@ -205,7 +200,7 @@ def _prune(state_dir):
         record = read_record(state_dir, job_id)
         if record is not None and record.get("reported"):
             try:
-                os.unlink(record_path(state_dir, job_id))
+                os.unlink(job_file(state_dir, job_id))
             except OSError:
                 pass
 

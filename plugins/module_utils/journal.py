@@ -26,6 +26,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings impo
     model_of,
     setting_changes,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    journal_file,
+    journal_lock_file,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     open_append_no_follow,
     open_lock_file,
@@ -34,16 +38,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_data
 
-JOURNAL_NAME = "journal.jsonl"
-_LOCK_NAME = ".journal.lock"
 VERSION = 1
 MAX_BYTES = 1024 * 1024
 JOURNAL_MODE = 0o644
 JOBS = ("relaunch", "probe", "stop", "status")
-
-
-def journal_path(state_dir):
-    return os.path.join(state_dir, JOURNAL_NAME)
 
 
 def run_header(state_dir, job, run_id=None, now=None):
@@ -59,10 +57,10 @@ def append(state_dir, header, servers):
     """Append one line; returns None, or why it could not be written (the job goes on without it)."""
     line = json.dumps(scrub_data(dict(header, servers=servers)), sort_keys=True, separators=(",", ":")) + "\n"
     try:
-        lock_fd = open_lock_file(os.path.join(state_dir, _LOCK_NAME))
+        lock_fd = open_lock_file(journal_lock_file(state_dir))
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            fd = open_append_no_follow(journal_path(state_dir), JOURNAL_MODE, what="journal")
+            fd = open_append_no_follow(journal_file(state_dir), JOURNAL_MODE, what="journal")
             try:
                 os.write(fd, line.encode())
                 size = os.fstat(fd).st_size
@@ -73,14 +71,14 @@ def append(state_dir, header, servers):
         finally:
             os.close(lock_fd)
     except OSError as exc:
-        return f"the run journal {journal_path(state_dir)} was not written: {exc}"
+        return f"the run journal {journal_file(state_dir)} was not written: {exc}"
     return None
 
 
 def read_records(state_dir):
     """Every readable line, oldest first and scrubbed (a torn or foreign line is skipped)."""
     try:
-        data = read_no_follow(journal_path(state_dir))
+        data = read_no_follow(journal_file(state_dir))
     except OSError:
         return []
     records = []
@@ -106,7 +104,7 @@ def _compact(state_dir):
         size += len(line)
         if size <= MAX_BYTES // 2 or record.get("run_id") in keep_runs:
             kept.append(line)
-    write_atomic(journal_path(state_dir), "".join(reversed(kept)), JOURNAL_MODE)
+    write_atomic(journal_file(state_dir), "".join(reversed(kept)), JOURNAL_MODE)
 
 
 # ---- pure: runs, last good, comparisons --------------------------------------------------------------

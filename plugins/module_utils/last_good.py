@@ -17,6 +17,12 @@ import shlex
 import stat
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    LAST_GOOD_GENERATIONS,
+    LAST_GOOD_SUFFIXES,
+    last_good_dir,
+    last_good_file,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_json_object,
     read_no_follow,
@@ -26,9 +32,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import 
     sha256_text,
 )
 
-LAST_GOOD_DIR = "last-good"
 SCRIPT_MODE = 0o700
-GENERATIONS = ("", ".previous")
+# A generation is a script and its record; the one before the current one is PREVIOUS.
+SCRIPT, RECORD = LAST_GOOD_SUFFIXES
+PREVIOUS = LAST_GOOD_GENERATIONS[1]
 API_KEY_FLAG = "--api-key"
 # What SGLang's argparse takes for --api-key (a unique prefix, down to --api): a script holding one of these is not
 # re-keyed by rewriting --api-key alone.
@@ -58,13 +65,13 @@ def _check_trusted(path, directory=False):
 
 def _check_trusted_files(state_dir, name):
     """The last good directory and every file of ``name`` in it that exists (UntrustedFile otherwise)."""
-    directory = os.path.join(state_dir, LAST_GOOD_DIR)
+    directory = last_good_dir(state_dir)
     if os.path.lexists(directory):
         _check_trusted(directory, directory=True)
-    for generation in GENERATIONS:
-        for suffix in (".sh", ".json"):
-            if os.path.lexists(_path(state_dir, name, generation + suffix)):
-                _check_trusted(_path(state_dir, name, generation + suffix))
+    for generation in LAST_GOOD_GENERATIONS:
+        for suffix in LAST_GOOD_SUFFIXES:
+            if os.path.lexists(last_good_file(state_dir, name, suffix, generation)):
+                _check_trusted(last_good_file(state_dir, name, suffix, generation))
 
 
 def _exec_command(text):
@@ -116,15 +123,11 @@ def with_api_key(text, api_key):
     return "\n".join(lines[:first] + [command] + lines[last + 1:]), True
 
 
-def _path(state_dir, name, suffix):
-    return os.path.join(state_dir, LAST_GOOD_DIR, name + suffix)
-
-
 def _rotate(state_dir, name):
     """The current generation becomes the previous one (both files, the script first)."""
-    for suffix in (".sh", ".json"):
+    for suffix in LAST_GOOD_SUFFIXES:
         try:
-            os.replace(_path(state_dir, name, suffix), _path(state_dir, name, ".previous" + suffix))
+            os.replace(last_good_file(state_dir, name, suffix), last_good_file(state_dir, name, suffix, PREVIOUS))
         except FileNotFoundError:
             pass
 
@@ -143,13 +146,13 @@ def keep(state_dir, name, state, run_id, now=None):
     try:
         _check_trusted_files(state_dir, name)
         current = record(state_dir, name)
-        os.makedirs(os.path.join(state_dir, LAST_GOOD_DIR), 0o700, exist_ok=True)
+        os.makedirs(last_good_dir(state_dir), 0o700, exist_ok=True)
         if current and current.get("script_sha256") != recorded:
             _rotate(state_dir, name)
             _rekey_previous(state_dir, name, text)
         if not current or current.get("script_sha256") != recorded or _script(state_dir, name, "") != text:
-            write_atomic(_path(state_dir, name, ".sh"), text, SCRIPT_MODE)
-        write_atomic(_path(state_dir, name, ".json"), json.dumps({
+            write_atomic(last_good_file(state_dir, name, SCRIPT), text, SCRIPT_MODE)
+        write_atomic(last_good_file(state_dir, name, RECORD), json.dumps({
             "run_id": run_id, "time": round(now or time.time(), 3), "script_sha256": recorded,
             "launch_script": script_path}, sort_keys=True), 0o644)
     except OSError as exc:
@@ -160,25 +163,25 @@ def keep(state_dir, name, state, run_id, now=None):
 def _rekey_previous(state_dir, name, text):
     """The generation before holds the key ``text`` (the new last good script) has: a key rotated away is not kept
     on disk, and a rollback to it would not bring it back. One that cannot be re-keyed is dropped."""
-    previous = _script(state_dir, name, ".previous")
+    previous = _script(state_dir, name, PREVIOUS)
     parsed = _exec_command(text)
     rekeyed, changed = with_api_key(previous, _api_key_in(parsed[3] if parsed else [])) if previous is not None \
         else (None, False)
     if rekeyed is None:
-        for suffix in (".sh", ".json"):
+        for suffix in LAST_GOOD_SUFFIXES:
             try:
-                os.unlink(_path(state_dir, name, ".previous" + suffix))
+                os.unlink(last_good_file(state_dir, name, suffix, PREVIOUS))
             except FileNotFoundError:
                 pass
     elif changed:
-        write_atomic(_path(state_dir, name, ".previous.sh"), rekeyed, SCRIPT_MODE)
-        write_atomic(_path(state_dir, name, ".previous.json"), json.dumps(dict(
-            record(state_dir, name, ".previous"), script_sha256=sha256_text(rekeyed)), sort_keys=True), 0o644)
+        write_atomic(last_good_file(state_dir, name, SCRIPT, PREVIOUS), rekeyed, SCRIPT_MODE)
+        write_atomic(last_good_file(state_dir, name, RECORD, PREVIOUS), json.dumps(dict(
+            record(state_dir, name, PREVIOUS), script_sha256=sha256_text(rekeyed)), sort_keys=True), 0o644)
 
 
 def record(state_dir, name, generation=""):
     """``{run_id, time, script_sha256, launch_script}`` of the server's last good configuration, or None."""
-    found = read_json_object(_path(state_dir, name, generation + ".json"))
+    found = read_json_object(last_good_file(state_dir, name, RECORD, generation))
     return found if found and found.get("script_sha256") else None
 
 
@@ -187,7 +190,7 @@ def _script(state_dir, name, generation):
     if not found:
         return None
     try:
-        text = read_no_follow(_path(state_dir, name, generation + ".sh")).decode("utf-8", "surrogateescape")
+        text = read_no_follow(last_good_file(state_dir, name, SCRIPT, generation)).decode("utf-8", "surrogateescape")
     except OSError:
         return None
     return text if sha256_text(text) == found["script_sha256"] else None
@@ -207,7 +210,7 @@ def rollback_target(state_dir, name, leaving_sha256=None, run_id=None):
     UntrustedFile when the last good files could have been written by someone else.
     """
     _check_trusted_files(state_dir, name)
-    for generation in GENERATIONS:
+    for generation in LAST_GOOD_GENERATIONS:
         found, text = record(state_dir, name, generation), _script(state_dir, name, generation)
         leaves_it = found is not None and found["script_sha256"] == leaving_sha256 and (
             run_id is None or found.get("run_id") == run_id)

@@ -22,6 +22,7 @@ import subprocess
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
+    naming,
     option_ranges,
     procfs,
     script_files,
@@ -31,11 +32,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command impo
     CommandTimedOut,
     run_bounded,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    legacy_unit_name,
+    unit_name,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.systemd_units import (
     deployment_line,
-    legacy_unit_name,
     render_unit,
-    unit_name,
     unit_problems,
     unit_sha256,
 )
@@ -293,7 +296,7 @@ class SystemdLauncher(Launcher):
         for unit in units:
             if self._ours(unit["name"], unit["path"]) is False:
                 raise LauncherError(f"{unit['path']} exists but is not this deployment's unit of {unit['name']} (no "
-                                    f"{procfs.DEPLOYMENT_VAR}={self.state_dir} in it): refusing to overwrite it")
+                                    f"{naming.DEPLOYMENT_VAR}={self.state_dir} in it): refusing to overwrite it")
         results, diffs = script_files.sync_scripts(units, 0o644, 0o755, [], [], check_mode)
         if not check_mode and any(result["changed"] for result in results.values()):
             self._systemctl("daemon-reload")

@@ -12,24 +12,15 @@ import os
 import pwd
 import re
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    MARKER_VAR,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     scrub_argv,
     scrub_text,
 )
 
-MARKER_VAR = "GPUOPS_SGLANG_SERVER"
-# Server names are marker values and file names: letters, digits, ".", "_" and "-", not starting with a symbol.
-SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# The state_dir of the deployment that launched the process: two deployments on one host (each with its own
-# state_dir) may both have a server called gpu0, and must not see each other's processes as theirs.
-DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 PROC_ROOT = "/proc"
-
-
-def valid_server_name(name):
-    """Matched whole: ``re.match`` with ``$`` would also take a name with a trailing newline."""
-    return isinstance(name, str) and SERVER_NAME.fullmatch(name) is not None
-
 
 # exit_status: shell style (128+signal when killed) for a dead but unreaped process (a zombie), else None.
 ProcessInfo = collections.namedtuple(

@@ -37,6 +37,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
     node_rank_of,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import state_file
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     STATES,
     STILL_READY_RULES,
@@ -55,7 +56,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
-    state_path,
 )
 
 POLL_SECONDS = 0.2
@@ -130,7 +130,7 @@ class ServerTracker:
         self.action = spec.get("action")
         self._deadline = options["started_at"] + options["timeout"]
         if not self.port:
-            recorded_in = state_path(options["state_dir"], self.name)
+            recorded_in = state_file(options["state_dir"], self.name)
             raise ValueError(f"server {self.name}: no port given and none recorded in {recorded_in}")
         carried = carried or {}
         self.result = carried.get("result")

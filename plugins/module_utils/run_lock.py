@@ -18,14 +18,19 @@ import json
 import os
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    RUN_LEASE_NAME,
+    run_lease_file,
+    run_lease_lock_file,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     open_lock_file,
     read_json_object,
     write_atomic,
 )
 
-LEASE_NAME = "run.json"
-_LEASE_LOCK_NAME = ".run.lock"
+# The lease's file name, as callers outside (tests/integration/test_roles.py) know it.
+LEASE_NAME = RUN_LEASE_NAME
 _LEASE_LOCK_SECONDS = 10
 # Options of gpuops.sglang.host_lock (the roles check their variables against the same table).
 
@@ -38,7 +43,7 @@ class RunLockError(Exception):
 def _lease_file_lock(state_dir):
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
-    fd = open_lock_file(os.path.join(state_dir, _LEASE_LOCK_NAME))
+    fd = open_lock_file(run_lease_lock_file(state_dir))
     try:
         # Held for a read-modify-write only (milliseconds): a holder stuck longer (a hung file system, a
         # stopped process) must not hang every call of every run.
@@ -49,7 +54,7 @@ def _lease_file_lock(state_dir):
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise RunLockError(f"{os.path.join(state_dir, _LEASE_LOCK_NAME)} stayed locked for "
+                    raise RunLockError(f"{run_lease_lock_file(state_dir)} stayed locked for "
                                        f"{_LEASE_LOCK_SECONDS} s: is {state_dir} on a hung file system?") from None
                 time.sleep(0.05)
         yield
@@ -58,17 +63,17 @@ def _lease_file_lock(state_dir):
 
 
 def read_lease(state_dir):
-    lease = read_json_object(os.path.join(state_dir, LEASE_NAME))
+    lease = read_json_object(run_lease_file(state_dir))
     return lease if lease and lease.get("run_id") else None
 
 
 def _write_lease(state_dir, lease):
-    write_atomic(os.path.join(state_dir, LEASE_NAME), json.dumps(lease, sort_keys=True), 0o644)
+    write_atomic(run_lease_file(state_dir), json.dumps(lease, sort_keys=True), 0o644)
 
 
 def _remove_lease(state_dir):
     try:
-        os.unlink(os.path.join(state_dir, LEASE_NAME))
+        os.unlink(run_lease_file(state_dir))
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise

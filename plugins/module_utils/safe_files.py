@@ -20,13 +20,16 @@ import shutil
 import stat
 import tempfile
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    FIRST_CRASH_SUFFIX,
+    rotated_log,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import parse_log
 
 LOG_MODE = 0o640
 LOG_DIRECTORY_MODE = 0o750
 # Log generations kept by rotate_log; callers validate 1-100 (module option log_generations).
 LOG_GENERATIONS = 5
-FIRST_CRASH_SUFFIX = ".first-crash"
 # A crash is at the end of its log: this much of the tail is enough to see it, however long the server ran.
 CRASH_SCAN_BYTES = 1024 * 1024
 
@@ -214,12 +217,12 @@ def rotate_log(log_path, generations=LOG_GENERATIONS, is_crash=log_shows_crash):
     """
     if not os.path.lexists(log_path):
         return None
-    previous = f"{log_path}.1"
+    previous = rotated_log(log_path, 1)
     first_crash = is_crash(log_path) and not (os.path.lexists(previous) and is_crash(previous))
     for generation in range(generations - 1, 0, -1):
-        older = f"{log_path}.{generation}"
+        older = rotated_log(log_path, generation)
         if os.path.lexists(older):
-            os.replace(older, f"{log_path}.{generation + 1}")
+            os.replace(older, rotated_log(log_path, generation + 1))
     os.replace(log_path, previous)
     if first_crash:
         try:

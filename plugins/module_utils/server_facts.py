@@ -19,6 +19,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     capacity_snapshot,
     journal,
     launchers,
+    naming,
     procfs,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
@@ -211,8 +212,8 @@ def describe_servers(params):
     """
     specs = params["servers"]
     if specs is None:
-        state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*.json")))
-        specs = [{"name": os.path.basename(path)[:-len(".json")]} for path in state_files]
+        state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*" + naming.STATE_SUFFIX)))
+        specs = [{"name": os.path.basename(path)[:-len(naming.STATE_SUFFIX)]} for path in state_files]
     now = time.time()
     owner = ServerProcesses(params["state_dir"])
     by_name = launchers.launchers(owner, params)

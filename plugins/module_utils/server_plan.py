@@ -19,7 +19,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     compared_settings as launcher_settings,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     DEPLOYMENT_VAR,
     MARKER_VAR,
 )

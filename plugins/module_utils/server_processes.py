@@ -19,7 +19,7 @@ import collections
 import os
 import signal
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import naming, procfs
 
 # verdict: "ours", "foreign" (no marker, or no deployment variable) or "other_deployment".
 Owner = collections.namedtuple("Owner", ["verdict", "server", "deployment"])
@@ -57,8 +57,8 @@ class ServerProcesses:
         if procfs.pid_namespace(pid, self.proc_root) != self._namespace:
             return Owner("foreign", None, None)  # a container's process seen from its host
         environ = procfs.read_environ(pid, self.proc_root)
-        server = environ.get(procfs.MARKER_VAR) or None
-        deployment = environ.get(procfs.DEPLOYMENT_VAR) or None
+        server = environ.get(naming.MARKER_VAR) or None
+        deployment = environ.get(naming.DEPLOYMENT_VAR) or None
         if server is None or deployment is None:
             return Owner("foreign", server, deployment)
         if os.path.realpath(deployment) != self.state_dir:

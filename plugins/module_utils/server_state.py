@@ -3,7 +3,7 @@
 """Per-server state files and the per-host lock, both under ``state_dir``.
 
 ``<state_dir>/<name>.json`` records what gpuops.sglang.server launched (see docs/architecture.md);
-``<state_dir>/.lock`` is flocked for the whole kill -> verify -> launch sequence of one host.
+``<state_dir>/.lock`` (their names: naming.py) is flocked for the whole kill -> verify -> launch sequence of one host.
 """
 
 import errno
@@ -12,6 +12,10 @@ import json
 import os
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    host_lock_file,
+    state_file,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import read_process
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     open_lock_file,
@@ -19,8 +23,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     write_atomic,
 )
 
-DEFAULT_STATE_DIR = "/var/lib/gpuops-sglang"
-LOCK_NAME = ".lock"
 _LOCK_POLL_SECONDS = 0.2
 
 
@@ -28,13 +30,9 @@ class LockTimeout(Exception):
     """The host lock stayed held by another run; the message names the holder."""
 
 
-def state_path(state_dir, name):
-    return os.path.join(state_dir, f"{name}.json")
-
-
 def read_state(state_dir, name):
     """The recorded state of server ``name``, or None when there is none (or it is unreadable)."""
-    return read_json_object(state_path(state_dir, name))
+    return read_json_object(state_file(state_dir, name))
 
 
 def write_state(state_dir, name, data):
@@ -44,12 +42,12 @@ def write_state(state_dir, name, data):
     """
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
-    write_atomic(state_path(state_dir, name), json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644)
+    write_atomic(state_file(state_dir, name), json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644)
 
 
 def remove_state(state_dir, name):
     try:
-        os.unlink(state_path(state_dir, name))
+        os.unlink(state_file(state_dir, name))
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise
@@ -79,7 +77,7 @@ def acquire_host_lock(state_dir, timeout):
     """
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o755)
-    path = os.path.join(state_dir, LOCK_NAME)
+    path = host_lock_file(state_dir)
     # A symlink planted at the lock's name is refused, never written through.
     fd = open_lock_file(path)
     started = time.monotonic()

@@ -1,39 +1,25 @@
 # Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The systemd units that launchers.py runs servers in: their names, their text, and the paths they cannot hold.
+"""The systemd units that launchers.py runs servers in: their text, and the paths they cannot hold.
 
 Pure (no systemctl, no file is read or written), so a unit is tested as text without systemd. A unit is named
-after the deployment (its state dir) and the server, ``gpuops-sglang-<deployment id>-<name>.service``: two
-deployments on one host may both have a server gpu0. Its Environment line (``deployment_line``) is how a unit
-file is known as this deployment's.
+after the deployment (its state dir) and the server, ``gpuops-sglang-<deployment id>-<name>.service``
+(naming.unit_name): two deployments on one host may both have a server gpu0. Its Environment line
+(``deployment_line``) is how a unit file is known as this deployment's.
 """
 
 import hashlib
 import os
 import re
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     DEPLOYMENT_VAR,
     MARKER_VAR,
+    unit_name,
 )
 
-UNIT_PREFIX = "gpuops-sglang-"
 # Characters a path in a unit may not hold: systemd splits on whitespace, unquotes and expands '$'; '%' is escaped.
 _UNSAFE_IN_UNIT = re.compile(r"[\s\"'\\;$]")
-
-
-def deployment_id(state_dir):
-    """A short id of the deployment (its state dir): two deployments on a host may both have a server gpu0."""
-    return hashlib.sha256(os.path.normpath(state_dir).encode("utf-8")).hexdigest()[:8]
-
-
-def unit_name(name, state_dir):
-    return f"{UNIT_PREFIX}{deployment_id(state_dir)}-{name}.service"
-
-
-def legacy_unit_name(name):
-    """The unit name before it carried the deployment (retired at the server's next launch or stop)."""
-    return f"{UNIT_PREFIX}{name}.service"
 
 
 def deployment_line(name, state_dir):

@@ -84,6 +84,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     journal,
+    naming,
     option_ranges,
 )
 
@@ -104,7 +105,7 @@ def main():
     if problems:
         module.fail_json(msg="invalid request: " + "; ".join(problems))
     records = journal.read_records(params["state_dir"])
-    module.exit_json(changed=False, records=len(records), path=journal.journal_path(params["state_dir"]),
+    module.exit_json(changed=False, records=len(records), path=naming.journal_file(params["state_dir"]),
                      runs=journal.select_runs(journal.runs(records), params["jobs"], params["servers"], params["last"]))
 
 

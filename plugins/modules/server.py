@@ -97,8 +97,9 @@ options:
     suboptions:
       name:
         description:
-          - Unique server name. Value of the ownership marker and name of the state file; letters, digits, C(.),
-            C(_) and C(-).
+          - Server name - the value of its ownership marker C(GPUOPS_SGLANG_SERVER) and the name of its state file
+            C(<state_dir>/<name>.json); letters, digits, C(.), C(_) and C(-), starting with a letter or digit.
+          - Unique among O(servers).
         type: str
         required: true
       port:
@@ -484,15 +485,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub
 ARGUMENT_SPEC = {
     **argument_specs.STATE_DIR,
     **argument_specs.GPU,
-    "servers": {"type": "list", "elements": "dict", "required": True, "options": {
-        "name": {"type": "str", "required": True},
-        "port": {"type": "int"},
-        "gpus": {"type": "list", "elements": "int"},
-        "launch_script": {"type": "path"},
-        "log_path": {"type": "path"},
-        "pid_file": {"type": "path"},
-        "extra_ports": {"type": "list", "elements": "int"},
-    }},
+    **argument_specs.servers_option(
+        required=True,
+        gpus={"type": "list", "elements": "int"},
+        launch_script={"type": "path"},
+        pid_file={"type": "path"},
+        extra_ports={"type": "list", "elements": "int"},
+    ),
     "state": {"type": "str", "choices": list(STATES), "default": "started"},
     "rollback": {"type": "bool", "default": False},
     "max_changes": {"type": "int"},

@@ -38,7 +38,9 @@ options:
     elements: dict
     suboptions:
       name:
-        description: Server name (ownership marker C(GPUOPS_SGLANG_SERVER) and state file name).
+        description:
+          - Server name - the value of its ownership marker C(GPUOPS_SGLANG_SERVER) and the name of its state file
+            C(<state_dir>/<name>.json); letters, digits, C(.), C(_) and C(-), starting with a letter or digit.
         type: str
         required: true
       port:
@@ -209,24 +211,22 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_facts import 
     parse_log_file,
 )
 
+ARGUMENT_SPEC = {
+    **argument_specs.servers_option(),
+    "log_path": {"type": "path"},
+    **argument_specs.HTTP,
+    **argument_specs.HEALTH,
+    **argument_specs.STATE_DIR,
+    **argument_specs.SYSTEMD,
+    **argument_specs.JOURNAL,
+    # Internal, set by the action plugin: who runs this status (for the run journal).
+    "_run_by": {"type": "dict"},
+}
+
 
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "servers": {"type": "list", "elements": "dict", "options": {
-                "name": {"type": "str", "required": True},
-                "port": {"type": "int"},
-                "log_path": {"type": "path"},
-            }},
-            "log_path": {"type": "path"},
-            **argument_specs.HTTP,
-            **argument_specs.HEALTH,
-            **argument_specs.STATE_DIR,
-            **argument_specs.SYSTEMD,
-            **argument_specs.JOURNAL,
-            # Internal, set by the action plugin: who runs this status (for the run journal).
-            "_run_by": {"type": "dict"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("servers", "log_path")],
         supports_check_mode=True,
     )

@@ -78,7 +78,9 @@ options:
     required: true
     suboptions:
       name:
-        description: Server name (the ownership marker C(GPUOPS_SGLANG_SERVER) and the state file name).
+        description:
+          - Server name - the value of its ownership marker C(GPUOPS_SGLANG_SERVER) and the name of its state file
+            C(<state_dir>/<name>.json); letters, digits, C(.), C(_) and C(-), starting with a letter or digit.
         type: str
         required: true
       port:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    DEPLOYMENT_VAR,
+    MARKER_PREFIX,
+    MARKER_VAR,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     as_boolean,
     boolean_problem,
     kind,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import (
-    DEPLOYMENT_VAR,
-    MARKER_VAR,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     REDACTED,
@@ -112,8 +113,6 @@ _LOOKS_LIKE_FLAG = re.compile(r"-[A-Za-z-]")
 # setproctitle, which SGLang uses to name its schedulers, overwrites /proc/<pid>/environ (and the
 # marker with it) unless SPT_NOENV is set.
 _MANAGED_ENV = ("SPT_NOENV", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
-# The ownership markers (GPUOPS_SGLANG_SERVER, GPUOPS_SGLANG_STATE_DIR) and any future one.
-_MARKER_PREFIX = "GPUOPS_SGLANG_"
 _SCALARS = (str, int, float)
 
 
@@ -296,7 +295,7 @@ def _user_env(env, variable):
         name = str(name)
         if not _ENV_NAME.fullmatch(name):
             raise LaunchScriptError(f"{variable}: {name!r} is not a valid shell variable name")
-        if name.startswith(_MARKER_PREFIX):
+        if name.startswith(MARKER_PREFIX):
             raise LaunchScriptError(f"{variable}: {name} is an ownership marker the role sets (from the server's "
                                     "name and sglang_state_dir); remove it")
         if name in _MANAGED_ENV:

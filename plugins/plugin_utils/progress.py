@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
     FINISHED_STEPS,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     STEP_DONE,
     STEP_DRAINING,
     STEP_KILLING,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import difflib
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
-
 # Names end up in file names, the ownership marker and log lines: one rule for controller and host.
-from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import SERVER_NAME
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    SERVER_NAME,
+    launch_script_file,
+    log_file,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     HOST_SETTINGS,
     SERVER_SETTINGS,
@@ -309,8 +312,8 @@ def expand_topology(servers=None, gpu_count=8, tp_size=1, dp_size=1, base_port=3
 def add_paths(servers, script_dir, log_dir):
     """Set each server's ``launch_script`` and ``log_path`` (``<dir>/<name>.sh|.log``) unless it names its own."""
     for server in servers:
-        server.setdefault("launch_script", f"{script_dir.rstrip('/')}/{server['name']}.sh")
-        server.setdefault("log_path", f"{log_dir.rstrip('/')}/{server['name']}.log")
+        server.setdefault("launch_script", launch_script_file(script_dir, server["name"]))
+        server.setdefault("log_path", log_file(log_dir, server["name"]))
     return servers
 
 

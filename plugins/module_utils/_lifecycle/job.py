@@ -49,6 +49,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import
     GpuError,
     require_present,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import state_file
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     NvidiaSmiError,
     bounded_runner,
@@ -64,7 +65,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     mark_lock_holder,
     read_state,
     release_host_lock,
-    state_path,
     write_state,
 )
 
@@ -200,7 +200,7 @@ class ServerControl:
         running = stop_launcher.observe(name, recorded)
         script = self._script(spec) if state != "stopped" else None
         return plan_server(spec, state, Snapshot(recorded, running, script), self.launcher, stop_launcher,
-                           self.secrets, state_path(self.state_dir, name))
+                           self.secrets, state_file(self.state_dir, name))
 
     def _record_restarts(self, plans):
         """systemd restarted a server since it was recorded: its state file follows its new main process."""

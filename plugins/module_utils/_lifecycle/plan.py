@@ -18,11 +18,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
     ServerControlError,
     script_problems,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
-    STEP_FAILED,
-)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     DEFAULT_LAUNCHER,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    STEP_FAILED,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,

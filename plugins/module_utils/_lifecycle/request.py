@@ -9,8 +9,8 @@ import re
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     draining,
+    naming,
     option_ranges,
-    procfs,
     safe_files,
 )
 
@@ -46,11 +46,11 @@ def validate_request(params, launcher):
     for position, server in enumerate(servers):
         where = f"servers[{position}]"
         name = server.get("name")
-        if not procfs.valid_server_name(name):
+        if not naming.valid_server_name(name):
             problems.append(f"{where}.name {name!r} is invalid: use letters, digits, '.', '_' and '-' "
                             "(it names files and the marker value)")
         duplicate = name in seen_names
-        if duplicate and procfs.valid_server_name(name):
+        if duplicate and naming.valid_server_name(name):
             problems.append(f"duplicate server name {name!r} (servers[{seen_names[name]}] and {where})")
         seen_names.setdefault(name, position)
         where = f"{where} ({name})"
@@ -117,12 +117,12 @@ def script_problems(where, name, path, given):
             content = handle.read()
     exported = _exported_marker(content)
     if exported not in (None, name):
-        return [(f"{where}.launch_script {path} exports {procfs.MARKER_VAR}={exported}, "
+        return [(f"{where}.launch_script {path} exports {naming.MARKER_VAR}={exported}, "
                  f"not {name}: its processes would be taken for server {exported!r}")]
     return []
 
 
-_MARKER_EXPORT = re.compile(r"^[ \t]*export[ \t]+" + procfs.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
+_MARKER_EXPORT = re.compile(r"^[ \t]*export[ \t]+" + naming.MARKER_VAR + r"=['\"]?([^'\"\s]+)", re.MULTILINE)
 
 
 def _exported_marker(script_text):

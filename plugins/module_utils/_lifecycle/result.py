@@ -7,12 +7,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     journal,
     server_plan,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     STEP_DONE,
     STEP_FAILED,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
-    state_path,
+    state_file,
 )
 
 
@@ -56,7 +54,7 @@ def _server_result(control, plan):
         "gpus": plan.gpus,
         "log_path": plan.spec.get("log_path"),
         "rotated_log": plan.rotated_log,
-        "state_file": state_path(control.state_dir, plan.name),
+        "state_file": state_file(control.state_dir, plan.name),
         "killed": plan.killed,
         "killed_pids": [entry["pid"] for entry in plan.killed],
         "gpu_memory_before_mib": plan.gpu_memory_before,

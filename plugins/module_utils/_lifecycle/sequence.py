@@ -7,6 +7,7 @@ pace, polled together; one server's fault fails that server alone, never the oth
 import signal
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils import naming
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle import (
     step_table,
     steps,
@@ -41,7 +42,7 @@ def act(control, plans, progress):
     for plan in acting:
         plan.stop_started = started
         if not plan.targets():
-            plan.enter(step_table.STEP_VERIFYING, started)
+            plan.enter(naming.STEP_VERIFYING, started)
         elif plan.main_pid is not None and plan.port:  # serving, or on its way: not killed unasked
             guarded(control, plan, started, steps.begin_stop, control, plan, started)
         else:
@@ -50,11 +51,11 @@ def act(control, plans, progress):
     while True:
         now = time.monotonic()
         for plan in acting:
-            if plan.step == step_table.STEP_DRAINING:
+            if plan.step == naming.STEP_DRAINING:
                 guarded(control, plan, now, steps.advance_drain, control, plan, now)
-            if plan.step in (step_table.STEP_STOPPING, step_table.STEP_KILLING):
+            if plan.step in step_table.SIGNALLED_STEPS:
                 guarded(control, plan, now, steps.advance_stop, control, plan, now)
-        verifying = [plan for plan in acting if plan.step == step_table.STEP_VERIFYING]
+        verifying = [plan for plan in acting if plan.step == naming.STEP_VERIFYING]
         if verifying:
             used, query_error = control.memory_used(sorted({gpu for plan in verifying for gpu in plan.gpus}))
             for plan in verifying:
@@ -77,7 +78,7 @@ def act(control, plans, progress):
             registry = control.stale if pid in control.stale else control.foreign
             if pid in registry:
                 registry[pid]["signal"] = plan.last_signal.get(pid)
-    if not any(plan.step == step_table.STEP_FAILED for plan in acting):
+    if not any(plan.step == naming.STEP_FAILED for plan in acting):
         for owner in {entry["server"] for entry in control.stale.values()}:
             remove_state(control.state_dir, owner)
     control.timings["act_s"] = round(time.monotonic() - started, 3)

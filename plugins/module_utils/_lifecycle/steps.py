@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What each step one server goes through in the detached worker does (their names: step_table.py).
+"""What each step one server goes through in the detached worker does (their names: naming.py).
 
 A server that changes: (out of the router) -> drained -> SIGTERM -> SIGKILL -> its GPUs and port free ->
 launched, or its state file removed when it stops. Each ``advance_*`` moves it on when its time has come; a
@@ -15,13 +15,14 @@ import time
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     draining,
     launchers,
+    naming,
     procfs,
     safe_files,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
     ServerControlError,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.step_table import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     STEP_DONE,
     STEP_DRAINING,
     STEP_KILLING,
@@ -210,8 +211,8 @@ def _launch(control, plan):
         raise LaunchError(f"{plan.name} was not launched: cannot prepare its log {log_path}: {exc}")
     env = dict(os.environ)
     # The launch script exports both too; setting them here covers scripts written by hand.
-    env[procfs.MARKER_VAR] = plan.name
-    env[procfs.DEPLOYMENT_VAR] = state_dir
+    env[naming.MARKER_VAR] = plan.name
+    env[naming.DEPLOYMENT_VAR] = state_dir
     # SGLang names its children with setproctitle, which overwrites /proc/<pid>/environ - and with it
     # the marker - unless SPT_NOENV is set (the title then fits in the original command line).
     env.setdefault("SPT_NOENV", "1")

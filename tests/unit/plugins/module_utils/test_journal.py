@@ -2,7 +2,11 @@
 
 import json
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import journal, run_lock
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    journal,
+    naming,
+    run_lock,
+)
 
 SETTINGS_A = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--mamba-scheduler-strategy": "extra_buffer"},
               "env": {}}
@@ -27,7 +31,7 @@ def test_append_read_and_merge_runs(tmp_path):
     assert journal.append(state_dir, dict(header, job="probe"), {"gpu0": {"probe": {"output_tok_s": 1280.0}}}) is None
     assert journal.append(state_dir, journal.run_header(state_dir, "status", None, now=200.0),
                           {"gpu0": {"outcome": "ready"}}) is None
-    (tmp_path / journal.JOURNAL_NAME).open("a").write('{"torn": \n')
+    (tmp_path / naming.JOURNAL_NAME).open("a").write('{"torn": \n')
     runs = journal.runs(journal.read_records(state_dir))
     assert [(run["run_id"], run["job"]) for run in runs] == [("run1", "relaunch"), (None, "status")]
     merged = runs[0]["servers"]["gpu0"]
@@ -39,10 +43,10 @@ def test_credentials_never_reach_the_journal_and_old_lines_are_scrubbed_when_rea
     raw = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--hf-token": "hf_flag"},
            "env": {"HF_TOKEN": "hf_env"}}
     # A line of an older version, which did not count --hf-token as a credential.
-    (tmp_path / journal.JOURNAL_NAME).write_text(json.dumps(line("old", {"gpu0": entry(settings=raw)})) + "\n")
+    (tmp_path / naming.JOURNAL_NAME).write_text(json.dumps(line("old", {"gpu0": entry(settings=raw)})) + "\n")
     assert journal.append(state_dir, journal.run_header(state_dir, "relaunch", "new"),
                           {"gpu0": dict(entry(settings=raw), error="crashed: --hf-token hf_error")}) is None
-    written = (tmp_path / journal.JOURNAL_NAME).read_text().splitlines()[1]
+    written = (tmp_path / naming.JOURNAL_NAME).read_text().splitlines()[1]
     read = journal.read_records(state_dir)
     assert "hf_" not in written + json.dumps(read)
     assert read[0]["servers"]["gpu0"]["settings"]["flags"] == {"--model-path": "/m/a", "--hf-token": "********"}
@@ -92,14 +96,14 @@ def test_bounded_but_keeps_each_servers_last_good(tmp_path, monkeypatch):
     for index in range(100):
         journal.append(state_dir, journal.run_header(state_dir, "relaunch", f"bad{index}", now=2.0 + index),
                        {"gpu0": entry("crashed")})
-    assert (tmp_path / journal.JOURNAL_NAME).stat().st_size <= 4000
+    assert (tmp_path / naming.JOURNAL_NAME).stat().st_size <= 4000
     records = journal.read_records(state_dir)
     assert records[0]["run_id"] == "good" and records[-1]["run_id"] == "bad99"
     assert journal.last_good(journal.runs(records), "gpu0")["run_id"] == "good"
 
 
 def test_unwritable_journal_is_reported_not_raised(tmp_path):
-    (tmp_path / journal.JOURNAL_NAME).symlink_to(tmp_path / "elsewhere")
+    (tmp_path / naming.JOURNAL_NAME).symlink_to(tmp_path / "elsewhere")
     error = journal.append(str(tmp_path), journal.run_header(str(tmp_path), "stop"), {})
     assert "was not written" in error and not (tmp_path / "elsewhere").exists()
 

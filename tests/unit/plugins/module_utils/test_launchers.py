@@ -9,11 +9,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     SystemdLauncher,
     defaults,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.systemd_units import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     deployment_id,
     legacy_unit_name,
-    render_unit,
     unit_name,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.systemd_units import (
+    render_unit,
     unit_problems,
 )
 

@@ -8,7 +8,7 @@ import textwrap
 import time
 
 import pytest
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import naming, procfs
 
 # Holds <dir>/nvidia2 open and listens on a TCP port, like an SGLang process holding GPU 2.
 CHILD = textwrap.dedent("""
@@ -33,9 +33,9 @@ def device_dir(tmp_path):
 
 def spawn(executable, device, marker="unit-a"):
     env = dict(os.environ)
-    env.pop(procfs.MARKER_VAR, None)
+    env.pop(naming.MARKER_VAR, None)
     if marker:
-        env[procfs.MARKER_VAR] = marker
+        env[naming.MARKER_VAR] = marker
     child = subprocess.Popen([str(executable), "-c", CHILD, str(device)], stdout=subprocess.PIPE, text=True,
                              env=env, start_new_session=True)
     port = int(child.stdout.readline())
@@ -79,7 +79,7 @@ def test_comm_with_spaces_and_parentheses(tmp_path, device_dir):
 
 def test_marker_and_environ(child, device_dir):
     process, _port = child
-    assert procfs.read_environ(process.pid)[procfs.MARKER_VAR] == "unit-a"
+    assert procfs.read_environ(process.pid)[naming.MARKER_VAR] == "unit-a"
     assert procfs.marker_of(process.pid) == "unit-a"
     foreign, _port = spawn(sys.executable, device_dir / "nvidia3", marker=None)
     try:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils import naming, procfs
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
 )
@@ -21,11 +21,11 @@ def spawn(tmp_path):
 
     def start(server=None, deployment=None, new_session=True):
         env = {key: value for key, value in os.environ.items()
-               if key not in (procfs.MARKER_VAR, procfs.DEPLOYMENT_VAR)}
+               if key not in (naming.MARKER_VAR, naming.DEPLOYMENT_VAR)}
         if server is not None:
-            env[procfs.MARKER_VAR] = server
+            env[naming.MARKER_VAR] = server
         if deployment is not None:
-            env[procfs.DEPLOYMENT_VAR] = deployment
+            env[naming.DEPLOYMENT_VAR] = deployment
         child = subprocess.Popen([sys.executable, "-c", SLEEPER], env=env, stdout=subprocess.PIPE, text=True,
                                  start_new_session=new_session)
         assert child.stdout.readline().strip() == "up"
