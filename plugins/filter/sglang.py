@@ -18,6 +18,8 @@ FILTERS = {
     "launch_argv": ("launch_script", "launch_argv", "LaunchScriptError"),
     "launch_env": ("launch_script", "launch_env", "LaunchScriptError"),
     "launch_credentials": ("launch_script", "launch_credentials", None),
+    "launch_check": ("launch_script", "launch_check", "LaunchScriptError"),
+    "server_interpreters": ("launch_script", "server_interpreters", "LaunchScriptError"),
     "cache_dirs": ("launch_script", "cache_dirs", "LaunchScriptError"),
     "local_model_paths": ("launch_script", "local_model_paths", "LaunchScriptError"),
     "nccl_env": ("nccl", "resolve_nccl", "NcclError"),

@@ -43,6 +43,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log_rules imp
     PHASES,
     RULES,
     SHELL_KILLED,
+    UNRELEASED_RULES,
     WEIGHTS_BAR,
 )
 
@@ -103,6 +104,9 @@ class LogState:
         self._error_traceback = None
         self._error_line_count = 0
         self._error_is_teardown = False
+        # Processes SGLang itself said it could not stop cleanly at shutdown (0.5.23): their GPU memory outlives the
+        # stop. [{"pids", "why"}], in the log's order.
+        self.unreleased = []
 
     @property
     def error(self):
@@ -210,6 +214,10 @@ class LogState:
         return self._traceback_has_header and not self._after_frame
 
     def _on_exception_line(self, summary):
+        for rule in UNRELEASED_RULES:
+            match = rule.pattern.search(summary)
+            if match:
+                rule.handler(self, match, None)
         # The first traceback explains a crash; later ones (other ranks, the parent) are consequences.
         # A crash marker seen before it (the parent's "Received sigquit" often comes first) is replaced,
         # and so is the earlier exception of a chained traceback, and a traceback about the teardown.
@@ -259,6 +267,7 @@ class LogState:
             "last_line": self.last_line,
             "timeline": [dict(entry) for entry in self.timeline],
             "log_format": self.log_format,
+            "unreleased": [dict(entry, pids=list(entry["pids"])) for entry in self.unreleased],
         }
 
 

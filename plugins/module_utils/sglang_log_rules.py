@@ -215,11 +215,35 @@ def _on_crash_marker(state, match, record):
         state._error_summary = record.message
 
 
+def _pids(text):
+    return [int(pid) for pid in re.findall(r"\d+", text)]
+
+
+def _on_schedulers_not_released(state, match, record):
+    state.unreleased.append({"pids": _pids(match.group(2)), "why": f"schedulers still alive {match.group(1)} s after "
+                             "the shutdown request, SIGKILLed before they released their GPU memory"})
+
+
+def _on_not_reaped(state, match, record):
+    state.unreleased.append({"pids": _pids(match.group(2)), "why": f"not reaped within {match.group(1)} s of SIGKILL "
+                             "(stuck in the driver: their GPU memory is not freed)"})
+
+
 Rule = collections.namedtuple("Rule", ["pattern", "phase", "handler"])
 
 
 def _rule(pattern, phase=None, handler=None):
     return Rule(pattern if hasattr(pattern, "search") else re.compile(pattern, re.ASCII), phase, handler)
+
+
+# 0.5.23's shutdown: schedulers that ignored the shutdown request (a warning), then processes the kernel did not reap
+# (a RuntimeError, so also the exception line of a traceback: the parser applies these to those lines too).
+UNRELEASED_RULES = (
+    _rule(r"^Schedulers still alive (\d+)s after ShutdownReq, killing them before they released: \[([\d, ]*)\]",
+          "stopping", _on_schedulers_not_released),
+    _rule(r"kill_process_tree: \d+ process\(es\) not reaped within ([\d.]+)s after SIGKILL; pids=\[([\d, ]*)\]",
+          "stopping", _on_not_reaped),
+)
 
 
 # Every matching rule applies, in this order. Patterns are searched in the message (prefix removed).
@@ -265,5 +289,6 @@ RULES = (
     _rule(r"^[\w. /-]+: error: ", "crashed", _on_crash_marker),
     _rule(r"^SIGTERM received\..*Draining requests and shutting down", "stopping"),
     _rule(r"^Gracefully exiting", "stopping"),
+    *UNRELEASED_RULES,
     _rule(r"^Signal SIGTERM received while .*Force exiting", "stopping"),
 )

@@ -64,6 +64,14 @@ options:
         the task fails.
     type: bool
     default: false
+  sglang_interpreters:
+    description:
+      - Once the host is held, also report which SGLang each of these interpreters would run (RV(sglang)) - the
+        version of the C(sglang) distribution in its environment, read by the interpreter itself without importing
+        sglang, within 20 s each. The first element of a server command (C(python3) for the default one).
+    type: list
+    elements: str
+    default: []
   run:
     description: Internal, set by the action plugin - who this run is. Do not set it.
     type: dict
@@ -106,6 +114,15 @@ gpus:
   returned: when acquired with O(report_gpus)
   type: list
   elements: dict
+sglang:
+  description:
+    - With O(sglang_interpreters), what each interpreter has installed - C(interpreter), C(version) (null when there
+      is no sglang or it cannot be read) and C(location) (its site directory), or C(problem), one sentence saying why
+      there is no version.
+  returned: when acquired
+  type: list
+  elements: dict
+  sample: [{"interpreter": "/opt/sglang/bin/python", "version": "0.5.23", "location": "/opt/sglang/lib/python3.12/site-packages"}]
 released:
   description: Whether this run still held the host and gave it back (false when another run had taken it over).
   returned: when released
@@ -127,6 +144,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     bounded_runner,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
+    installed_sglang_of,
+)
 
 _RETRY_SECONDS = 1
 
@@ -142,6 +162,7 @@ def main():
         **argument_specs.STATE_DIR,
         **argument_specs.GPU,
         "report_gpus": {"type": "bool", "default": False},
+        "sglang_interpreters": {"type": "list", "elements": "str", "default": []},
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))])
@@ -167,6 +188,7 @@ def main():
             held = {"run_id": run["run_id"], "taken_over": holder, "waited": round(now - started, 1)}
             if params["report_gpus"]:
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
+            held["sglang"] = installed_sglang_of(params["sglang_interpreters"])
             module.exit_json(changed=False, **held)
         # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
         # of this controller and take it over in the next slice.

@@ -26,6 +26,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     credential_name,
     named_credentials,
 )
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import flag_check
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
     resolve_nccl,
     validate_nccl_env,
@@ -91,7 +92,8 @@ SERVER_SETTINGS = ("command", "version", "model_path", "served_model_name", "hos
                    "mamba_full_memory_ratio", "enable_metrics", "speculative", "mamba_scheduler_strategy",
                    "extra_args", "env", "nccl", "cache_dir")
 # Host-wide only: the role masks sglang_api_key alone, and state_dir names the deployment.
-HOST_SETTINGS = ("api_key", "state_dir")
+# installed_sglang: what each server interpreter of the host has installed (gpuops.sglang.host_lock's sglang).
+HOST_SETTINGS = ("api_key", "state_dir", "flag_check", "installed_sglang")
 
 # JIT caches on persistent disk so restarts stay warm (relative to cache_dir; "" = cache_dir itself).
 CACHE_ENV = (
@@ -252,12 +254,47 @@ def _extra_flags(extra_args):
     return flags
 
 
+def server_interpreters(servers, settings):
+    """The interpreter of each server's command (``python3`` for the default one), each once: whose SGLang to read."""
+    return list(dict.fromkeys(_command(_server_settings(server, settings).get("command"))[0] for server in servers))
+
+
+def _installed(merged, interpreter):
+    """What host_lock read for ``interpreter`` ({version, problem, ...}), or None when nothing was read."""
+    return next((entry for entry in merged.get("installed_sglang") or []
+                 if isinstance(entry, dict) and entry.get("interpreter") == interpreter), None)
+
+
+def _render_version(merged, interpreter):
+    """The SGLang version the flags are rendered for: sglang_version, else what the host has installed."""
+    configured = merged.get("version") or None
+    installed = (_installed(merged, interpreter) or {}).get("version")
+    if configured and installed and parse_version(configured) != parse_version(installed):
+        raise LaunchScriptError(f"sglang_version is {configured}, but {interpreter} on this host runs SGLang "
+                                f"{installed}; set sglang_version: {installed!r}, or leave it unset to render for "
+                                "what is installed")
+    return configured or installed
+
+
+def _checks_flags(merged):
+    value = merged.get("flag_check", True)
+    if value is None:
+        return True
+    problem = boolean_problem("flag_check", value)
+    if problem:
+        raise LaunchScriptError(problem)
+    return as_boolean(value)
+
+
 def launch_argv(server, settings):
-    """The full command line (command + flags) the script execs for one server."""
+    """The full command line (command + flags) the script execs for one server, its flags checked against the parser
+    of the SGLang version that will run them (where that version has a table; sglang_flag_check: false skips it)."""
     merged = _server_settings(server, settings)
     if not merged.get("model_path"):
         raise LaunchScriptError("model_path is required (sglang_model_path): a model directory or hub id")
-    argv = _command(merged.get("command"))
+    command = _command(merged.get("command"))
+    merged["version"] = _render_version(merged, command[0])
+    argv = list(command)
     argv += ["--model-path", _text(merged["model_path"])]
     if merged.get("served_model_name"):
         argv += ["--served-model-name", _text(merged["served_model_name"])]
@@ -285,7 +322,43 @@ def launch_argv(server, settings):
     argv += _mamba_flags(merged)
     argv += _speculative_flags(merged.get("speculative"))
     argv += _extra_flags(merged["extra_args"])
+    table = flag_check.table_version(merged["version"]) if _checks_flags(merged) else None
+    if table:
+        problems, _warnings = flag_check.check_flags(argv[len(command):], table)
+        if problems:
+            raise LaunchScriptError(f"server {merged.get('name')}: " + "; ".join(problems) +
+                                    " (sglang_flag_check: false skips this check, e.g. for a fork of SGLang)")
     return argv
+
+
+def launch_check(servers, settings):
+    """``{"problems", "notes"}`` of the servers' command lines, before any is rendered into a script: why a line
+    cannot be rendered or would be refused by the SGLang that will run it (each naming its server and what would be
+    right; never a credential), and what the operator should know (SGLang is not installed or has no flag table
+    here, a flag is deprecated or abbreviated), each said once."""
+    problems, notes = [], []
+    for server in servers:
+        merged = _server_settings(server, settings)
+        command = _command(merged.get("command"))
+        installed = _installed(merged, command[0])
+        if installed and installed.get("problem"):
+            notes.append(installed["problem"])
+        try:
+            argv = launch_argv(server, settings)
+        except LaunchScriptError as exc:
+            problems.append(str(exc))
+            continue
+        version = _render_version(merged, command[0])
+        if not version or not _checks_flags(merged):
+            continue
+        table = flag_check.table_version(version)
+        if table:
+            notes += [f"server {merged.get('name')}: {warning}"
+                      for warning in flag_check.check_flags(argv[len(command):], table)[1]]
+        else:
+            notes.append(f"SGLang {version} has no flag table here (tables: {', '.join(flag_check.known_versions())}):"
+                         " its flags were not checked before the launch")
+    return {"problems": list(dict.fromkeys(problems)), "notes": list(dict.fromkeys(notes))}
 
 
 def _user_env(env, variable):

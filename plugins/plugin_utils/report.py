@@ -64,9 +64,11 @@ def interrupted_lines(interrupted_runs):
             for run in interrupted_runs or []]
 
 
-def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None, rollbacks=None):
+def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None, rollbacks=None,
+                     installed_sglang=None):
     """One line per server: GPUs, port, what the server module did, readiness and what it configured; then what
-    changed since each server's last good run and, with a throughput ``probe`` result, its figures."""
+    changed since each server's last good run and, with a throughput ``probe`` result, its figures. The SGLang the
+    host has installed (``installed_sglang``, host_lock's ``sglang``) follows the first line."""
     actions, waits = _by_name(server_results), _by_name(wait_results)
     rows = []
     no_facts = [None] * len(SUMMARY_COLUMNS)
@@ -90,9 +92,15 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     ready = count_ready(result for result in wait_results or [] if result["name"] not in down)
     header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", *SUMMARY_COLUMNS]
     title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
-    return ([title] + interrupted_lines(interrupted_runs) + _table(header, rows)
+    return ([title] + interrupted_lines(interrupted_runs) + installed_lines(installed_sglang) + _table(header, rows)
             + drain_and_router_lines(server_results, wait_results)
             + since_last_good_lines(servers, actions, waits) + rollback_lines(rollbacks) + probe_lines(probe))
+
+
+def installed_lines(installed_sglang):
+    """``SGLang 0.5.23 (/opt/sglang/bin/python)`` per server interpreter, or why there is no version."""
+    return [f"SGLang {entry['version']} ({entry['interpreter']})" if entry.get("version") else entry.get("problem", "")
+            for entry in installed_sglang or [] if isinstance(entry, dict)]
 
 
 def drain_and_router_lines(server_results, wait_results):

@@ -71,7 +71,7 @@ ROLE_OPTION_RANGES = {
 }
 
 # The roles read them with `| bool`; anything but true/false, yes/no, 1/0 is refused (a typo is no silent "true").
-BOOLEAN_OPTIONS = ("sglang_enable_metrics", "relaunch_halt_on_failure", "relaunch_force_kill_gpu_holders",
+BOOLEAN_OPTIONS = ("sglang_enable_metrics", "sglang_flag_check", "relaunch_halt_on_failure", "relaunch_force_kill_gpu_holders",
                    "relaunch_kill_stalled", "relaunch_rollback")
 
 # Numeric keys of sglang_speculative (and of a server's speculative override).

@@ -32,7 +32,10 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
     lines = summary(first)
     assert lines[0] == "8/8 servers ready"
-    assert lines[2].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
+    # The hold read which SGLang the server command's interpreter has: none on the simulated host.
+    interpreter = sim_host.host_vars["sglang_server_command"][0]
+    assert lines[1] == f"SGLang is not installed for {interpreter} (no sglang distribution in its environment)"
+    assert lines[3].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
     assert all(sim_host.fake_gpus.used_mib(index) > 100000 for index in range(8))
 
     second = sim_host.run("relaunch")
@@ -69,7 +72,7 @@ def test_a_changed_setting_relaunches_only_the_affected_server(sim_host):
     assert server_actions(changed) == {"s0": "unchanged", "s1": "relaunched", "s2": "unchanged"}
     assert state_pid(sim_host, "s0") == pids["s0"] and state_pid(sim_host, "s2") == pids["s2"]
     assert state_pid(sim_host, "s1") != pids["s1"]
-    assert summary(changed)[3].split()[-1] == "32", "the summary reports the new max_running_requests"
+    assert summary(changed)[4].split()[-1] == "32", "the summary reports the new max_running_requests"
 
 
 def test_batches_relaunch_the_next_servers_only_after_the_previous_are_ready(sim_host):

@@ -638,3 +638,29 @@ def test_a_record_glued_to_a_progress_bar_is_read_as_its_own_line():
     assert state.phase == "crashed"
     assert [(entry["phase"], entry["component"]) for entry in state.timeline][-2:] == [
         ("loading_weights", "draft"), ("crashed", "draft")]
+
+
+SHUTDOWN_0_5_23 = """[2026-10-30 10:00:00] The server is fired up and ready to roll!
+[2026-10-30 10:01:00] SIGTERM received. signum=None frame=None. Draining requests and shutting down...
+[2026-10-30 10:01:00] Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].
+[2026-10-30 10:01:15] Schedulers still alive 15s after ShutdownReq, killing them before they released: [4242, 4243]
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/sglang/srt/utils/common.py", line 2491, in _wait_for_reap_or_raise
+    raise RuntimeError(
+RuntimeError: kill_process_tree: 1 process(es) not reaped within 60s after SIGKILL; pids=[4243]
+"""
+
+
+def test_the_0_5_23_shutdown_names_the_processes_whose_gpu_memory_outlives_the_stop():
+    parsed = parse_log(SHUTDOWN_0_5_23)
+    assert parsed["phase"] == "stopping"
+    assert parsed["unreleased"] == [
+        {"pids": [4242, 4243], "why": "schedulers still alive 15 s after the shutdown request, SIGKILLed before they "
+                                      "released their GPU memory"},
+        {"pids": [4243], "why": "not reaped within 60 s of SIGKILL (stuck in the driver: their GPU memory is not freed)"},
+    ]
+
+
+def test_a_clean_shutdown_names_no_process():
+    clean = SHUTDOWN_0_5_23.split("[2026-10-30 10:01:15]", maxsplit=1)[0]
+    assert parse_log(clean)["unreleased"] == []

@@ -31,6 +31,15 @@ def test_summary_has_one_aligned_row_per_server():
     assert lines[1].index("port") == lines[2].index("30000") == lines[4].index("30002")
 
 
+def test_summary_names_the_sglang_the_host_runs_after_its_first_line():
+    installed = [{"interpreter": "/opt/sglang/bin/python", "version": "0.5.23", "location": "/opt/sglang/lib"},
+                 {"interpreter": "python3", "version": None, "problem": "SGLang is not installed for python3 (...)"}]
+    lines = relaunch_summary(SERVERS, [], WAITS, installed_sglang=installed)
+    assert lines[:3] == ["1/3 servers ready", "SGLang 0.5.23 (/opt/sglang/bin/python)",
+                         "SGLang is not installed for python3 (...)"]
+    assert relaunch_summary(SERVERS, [], WAITS)[1].split()[:2] == ["server", "gpus"]
+
+
 def test_failures_name_each_server_not_ready():
     assert relaunch_failures(SERVERS, WAITS) == ["gpu1 crashed in loading_weights: torch.OutOfMemoryError",
                                                  "gpu2: not relaunched, an earlier batch failed"]
