@@ -40,9 +40,23 @@ MARKERS = (MARKER_VAR, DEPLOYMENT_VAR)
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
+# Names whose state file <state_dir>/<name>.json is another file of the state dir.
+RESERVED_SERVER_NAMES = ("run",)
+
+
+def server_name_problem(name):
+    """Why ``name`` cannot name a server, or None. Matched whole: ``re.match`` with ``$`` would also take a name
+    with a trailing newline."""
+    if not isinstance(name, str) or SERVER_NAME.fullmatch(name) is None:
+        return (f"name {name!r} must start with a letter or digit and contain only letters, digits, '.', '_' and '-' "
+                "(it names files and the marker value)")
+    if name in RESERVED_SERVER_NAMES:
+        return f"name {name!r} is reserved: its state file would be the run lease {RUN_LEASE_NAME}; choose another"
+    return None
+
+
 def valid_server_name(name):
-    """Matched whole: ``re.match`` with ``$`` would also take a name with a trailing newline."""
-    return isinstance(name, str) and SERVER_NAME.fullmatch(name) is not None
+    return server_name_problem(name) is None
 
 
 # The state dir and what lies in it (see the module docstring).

@@ -213,7 +213,9 @@ def describe_servers(params):
     specs = params["servers"]
     if specs is None:
         state_files = sorted(glob.glob(os.path.join(params["state_dir"], "*" + naming.STATE_SUFFIX)))
-        specs = [{"name": os.path.basename(path)[:-len(naming.STATE_SUFFIX)]} for path in state_files]
+        # The run lease (run.json) lies beside the state files: it is no server.
+        specs = [{"name": os.path.basename(path)[:-len(naming.STATE_SUFFIX)]} for path in state_files
+                 if naming.valid_server_name(os.path.basename(path)[:-len(naming.STATE_SUFFIX)])]
     now = time.time()
     owner = ServerProcesses(params["state_dir"])
     by_name = launchers.launchers(owner, params)

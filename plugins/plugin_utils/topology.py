@@ -11,9 +11,9 @@ import difflib
 
 # Names end up in file names, the ownership marker and log lines: one rule for controller and host.
 from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
-    SERVER_NAME,
     launch_script_file,
     log_file,
+    server_name_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import kind
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
@@ -101,10 +101,8 @@ def _normalize(server, position, problems):
         problems.append(f"{label}: missing {', '.join(missing)}")
         return None
     name = str(server["name"])
-    # fullmatch: a pattern's $ also matches before a trailing newline.
-    if not SERVER_NAME.fullmatch(name):
-        problems.append(f"{label}: name {name!r} must start with a letter or digit and contain only letters, "
-                        "digits, '.', '_' and '-'")
+    if server_name_problem(name):
+        problems.append(f"{label}: {server_name_problem(name)}")
     for key in _DICT_SETTINGS:
         if server.get(key) is not None and not isinstance(server[key], dict):
             problems.append(f"{label}: {key} must be a dict, got a {kind(server[key])}")

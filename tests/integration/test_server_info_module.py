@@ -1,5 +1,6 @@
 """gpuops.sglang.server_info through real ansible-playbook runs against simulated SGLang servers."""
 
+import os
 import subprocess
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
@@ -37,6 +38,9 @@ def test_drift_nccl_environment_per_worker_and_metrics(ansible, host_args, make_
     # The scripts change on disk after the launch: tuned now wants another P2P level and one more variable.
     edit_script(tuned, "export NCCL_P2P_LEVEL='PXB'", "export NCCL_P2P_LEVEL='SYS'\nexport NCCL_PROTO=Simple")
 
+    # A run holding the host leaves its lease beside the state files: it is no server.
+    with open(os.path.join(host_args["state_dir"], "run.json"), "w") as lease:
+        lease.write('{"run_id": "another-run"}')
     result = ansible.module("gpuops.sglang.server_info", {"state_dir": host_args["state_dir"]})
 
     servers = {server["name"]: server for server in result["servers"]}

@@ -57,7 +57,7 @@ def test_every_marker_starts_with_the_prefix_users_may_not_set():
 
 @pytest.mark.parametrize("name, valid", [
     ("gpu0", True), ("qwen-tp8.r1_a", True), ("0", True), ("-gpu", False), (".hidden", False), ("", False),
-    ("a/b", False), ("gpu0\n", False), ("a b", False), (None, False),
+    ("a/b", False), ("gpu0\n", False), ("a b", False), (None, False), ("run", False), ("run0", True),
 ])
 def test_a_server_name_is_a_file_name_and_a_marker_value(name, valid):
     assert naming.valid_server_name(name) is valid

@@ -44,6 +44,7 @@ def test_explicit_servers_are_normalized_and_keep_their_overrides():
     # A pattern's $ matches before a trailing newline; the name is matched whole.
     ([{"name": "gpu0\n", "port": 1, "gpus": [0]}], 8, "name 'gpu0\\n' must start with a letter or digit"),
     ([{"name": "-x", "port": 1, "gpus": [0]}], 8, "name '-x' must start with a letter or digit"),
+    ([{"name": "run", "port": 1, "gpus": [0]}], 8, "name 'run' is reserved: its state file would be the run lease"),
     ([{"name": "a", "port": 1, "gpus": [0], "mem_fraction": 0.8}], 8,
      "server 'a': unknown key 'mem_fraction'; did you mean 'mem_fraction_static'? an entry takes name, port, gpus"),
     ([{"name": "a", "port": 1, "gpus": [0], "zzz": 1}], 8, "server 'a': unknown key 'zzz'; an entry takes name"),
