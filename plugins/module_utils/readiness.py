@@ -60,6 +60,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 
 POLL_SECONDS = 0.2
 HEALTH_INTERVAL_SECONDS = 1.0
+# SGLang 0.5.23's cheap readiness check (no generation, no key needed); older versions and the placeholder health
+# server of a multi-node rank answer 404.
+READY_PATH = "/ready"
 
 
 class HealthProbe:
@@ -73,6 +76,9 @@ class HealthProbe:
         self._thread = None
         self._answer = None
         self.started_at = None
+        # Whether the server serves /ready (None: not known yet). Where it does, the health path (a generation, with
+        # /health_generate) is asked only once /ready says 200: it stays the proof that the server generates.
+        self.has_ready = None
 
     @property
     def busy(self):
@@ -97,6 +103,16 @@ class HealthProbe:
         return answer
 
     def _probe(self):
+        if self.has_ready is not False:
+            status, _body, error = http_get(self._base_url + READY_PATH, self._timeout, self._api_key)
+            if status == 404:
+                self.has_ready = False
+            elif status is not None:
+                self.has_ready = True
+            # Refused or timed out (still starting, whatever its version), or not ready by its own word.
+            if status is None or (self.has_ready and status != 200):
+                self._answer = {"status": status, "error": error, "server_info": None, "server_info_error": None}
+                return
         status, _body, error = http_get(self._base_url + self._health_path, self._timeout, self._api_key)
         answer = {"status": status, "error": error, "server_info": None, "server_info_error": None}
         if status == 200:
