@@ -19,6 +19,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.capacity_snapshot im
     NEW_STRATEGY_FLAG,
     OLD_STRATEGY_FLAG,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
+    POOL_TOKEN_GAUGES,
+)
 
 # A pool this full turns new requests away: SGLang admits a request only while the pool also holds its input
 # and (up to 4096 of) its max_new_tokens on top of what the running requests reserve for their own remaining
@@ -163,6 +166,8 @@ def figures(snapshot):
         "max_mamba_cache_size": snapshot.max_mamba_cache_size,
         "mamba_slots_per_request": slots_per_request(snapshot) if snapshot.max_mamba_cache_size else None,
         "mamba_cap": mamba_cap(snapshot),
+        # v0.5.23: each pool's token slots (used, evictable, free), summed over the DP ranks.
+        **{name: _gauge(snapshot, name) for name in POOL_TOKEN_GAUGES},
     }
     return {name: value for name, value in known.items() if value is not None}
 

@@ -108,6 +108,8 @@ def test_v0_5_23_data_parallel_page_is_kv_bound():
     # v0.5.23 resolves auto to extra_buffer with the overlap schedule: 5 slots, 80 requests a rank.
     assert (verdict["figures"]["mamba_slots_per_request"], verdict["figures"]["mamba_cap"]) == (5, 80)
     assert verdict["figures"]["request_limit"] == 128
+    # v0.5.23 counts each pool's token slots: the figures carry them.
+    assert (verdict["figures"]["kv_used_tokens"], verdict["figures"]["mamba_available_tokens"]) == (783104.0, 497.0)
 
 
 # ---- each rule ------------------------------------------------------------------------------------

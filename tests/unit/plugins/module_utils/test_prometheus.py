@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.prometheus import (
+    POOL_TOKEN_GAUGES,
     parse_metrics,
     sglang_gauges,
 )
@@ -45,6 +46,7 @@ def test_v0_5_9_page_sglang_gauges():
         "max_total_num_tokens": 1539264.0,
         "num_retracted_reqs": 0.0,
         "full_token_usage": None,  # v0.5.10+
+        **dict.fromkeys(POOL_TOKEN_GAUGES),  # v0.5.23+
     }
 
 
@@ -56,6 +58,8 @@ def test_v0_5_23_data_parallel_page_sglang_gauges():
     assert gauges["max_total_num_tokens"] == 824320.0
     assert (gauges["token_usage"], gauges["mamba_usage"]) == (0.97, 0.33)
     assert gauges["full_token_usage"] == pytest.approx(0.97, abs=1e-6)
+    # v0.5.23's token slots of each pool, summed over the DP ranks.
+    assert [gauges[name] for name in POOL_TOKEN_GAUGES] == [783104.0, 12216.0, 29000.0, 256.0, 47.0, 497.0]
 
 
 @pytest.mark.parametrize("line, name, labels, value", [
