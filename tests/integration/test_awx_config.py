@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 import sys
 import sysconfig
 
@@ -416,6 +417,18 @@ def ee_context(tmp_path_factory):
                              check=False)
     assert created.returncode == 0, created.stdout + created.stderr
     return work
+
+
+def test_the_collection_tarball_holds_only_files_of_the_repository(ee_context):
+    """What ships is what we mean to ship: no test caches (.hypothesis), pid files or local state - every file of the
+    tarball is one git tracks (or would: new, not ignored), besides the collection's own MANIFEST.json/FILES.json."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    [tarball] = (ee_context / "build").glob("*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        shipped = {member.name for member in archive.getmembers() if member.isfile()}
+    assert shipped - set(listed) == {"MANIFEST.json", "FILES.json"}
+    assert "plugins/modules/server.py" in shipped
 
 
 def test_ansible_builder_creates_a_valid_build_context(ee_context):
