@@ -17,9 +17,9 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import sys
 import sysconfig
+import tarfile
 
 import pytest
 import yaml
