@@ -39,6 +39,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result im
     journaled,
     result,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.run import (
+    ServerRun,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.sequence import (
     act,
 )
@@ -112,7 +115,7 @@ class ServerControl:
                 raise ServerControlError(str(exc))
         if self.check_mode:
             plans, scripts, diffs = self._read_host(check_mode=True)
-            return dict(result(self, plans), scripts=scripts, script_diffs=diffs)
+            return dict(result(self, [ServerRun(plan) for plan in plans]), scripts=scripts, script_diffs=diffs)
         try:
             lock_fd, waited = acquire_host_lock(self.state_dir, params["lock_timeout"])
         except LockTimeout as exc:
@@ -127,7 +130,8 @@ class ServerControl:
             extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
             if not any(plan.changes for plan in plans):
                 self.timings["total_s"] = round(time.monotonic() - started, 3)
-                return dict(journaled(self, plans, result(self, plans)), **extra)
+                runs = [ServerRun(plan) for plan in plans]
+                return dict(journaled(self, runs, result(self, runs)), **extra)
             job_id = host_job.new_job_id()
 
             def work(progress):
@@ -149,6 +153,8 @@ class ServerControl:
     # ---- reading the host --------------------------------------------------------------------
 
     def _read_host(self, check_mode):
+        """Plan every server (frozen plans: each step below returns new ones), check the GPUs and every process in
+        the way, then write the scripts; returns ``(plans, script results, diffs)``."""
         problem = self.launcher.problem()
         if problem:
             raise ServerControlError(f"{problem}; nothing was touched")
@@ -156,18 +162,17 @@ class ServerControl:
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         plans = [self._plan(spec) for spec in self.params["servers"]]
         if not check_mode:
-            self._record_restarts(plans)
+            plans = self._record_restarts(plans)
         plans = defer_beyond_max_changes(plans, self.params.get("max_changes"))
         # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
         try:
             require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
         except GpuError as exc:
             raise ServerControlError(str(exc))
-        for plan in plans:
-            plan.gpu_memory_before = gpu_keyed({
-                gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})
-        self._check_conflicts(plans)
-        self.router = check_router(self.params, plans)
+        plans = [plan.updated(gpu_memory_before=gpu_keyed({
+            gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})) for plan in plans]
+        plans = self._check_conflicts(plans)
+        self.router, plans = check_router(self.params, plans)
         scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
         return plans, scripts, diffs
 
@@ -200,17 +205,20 @@ class ServerControl:
         running = stop_launcher.observe(name, recorded)
         script = self._script(spec) if state != "stopped" else None
         return plan_server(spec, state, Snapshot(recorded, running, script), self.launcher, stop_launcher,
-                           self.secrets, state_file(self.state_dir, name))
+                           self.secrets, state_file(self.state_dir, name), rollback_to=self.rollback_to.get(name),
+                           no_last_good=self.no_last_good.get(name))
 
     def _record_restarts(self, plans):
-        """systemd restarted a server since it was recorded: its state file follows its new main process."""
-        for plan in plans:
-            if plan.restarted_since_recorded:
-                main = plan.main
-                restarted = dict(plan.recorded, pid=main.pid, pgid=main.pgid, pid_starttime=main.starttime,
-                                 launched_at=procfs.start_epoch(main))
-                write_state(self.state_dir, plan.name, restarted)
-                plan.recorded = restarted
+        """systemd restarted a server since it was recorded: its state file follows its new main process (and so
+        does its new plan)."""
+        return [self._record_restart(plan) if plan.restarted_since_recorded else plan for plan in plans]
+
+    def _record_restart(self, plan):
+        main = plan.main
+        restarted = dict(plan.recorded, pid=main.pid, pgid=main.pgid, pid_starttime=main.starttime,
+                         launched_at=procfs.start_epoch(main))
+        write_state(self.state_dir, plan.name, restarted)
+        return plan.updated(recorded=restarted)
 
     def _check_conflicts(self, plans):
         """Before anything is written or killed: judge every GPU holder and port owner that is not ours to stop.
@@ -219,12 +227,15 @@ class ServerControl:
         force_kill_gpu_holders; processes of a server this run leaves running fail it. Processes of a
         server not in this request are stale (renamed or removed) and stopped with the servers whose GPU
         or port they hold when that server has a state file in our state_dir; otherwise they belong to
-        another deployment on this host and fail the run.
+        another deployment on this host and fail the run. Returns the plans, each with the processes in its way
+        that it stops (its blockers).
         """
         planned = {plan.name for plan in plans}
         doomed = {pid for plan in plans if plan.kills for pid in plan.processes}
         stopping = {plan.name for plan in plans if plan.kills}
         problems = []
+        # By server name (unique in a request): pid -> ProcessInfo of each process in its way that it stops.
+        blockers = {plan.name: {} for plan in plans}
         ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
 
         def judge(pid, what, needing):
@@ -244,7 +255,7 @@ class ServerControl:
             elif judgement.kind == "force":
                 self.foreign[pid] = dict(procfs.describe(pid), holds=what)
                 for plan in needing:
-                    plan.blockers[pid] = info
+                    blockers[plan.name][pid] = info
             elif judgement.kind == "stale":
                 # The whole stale server goes, not only the process in the way: its state file is removed.
                 stale, _group = self.owner.of_server(owner.server, stale_state)
@@ -254,7 +265,7 @@ class ServerControl:
                     if stale_pid == pid:
                         entry["holds"] = what
                     for plan in needing:
-                        plan.blockers[stale_pid] = stale_info
+                        blockers[plan.name][stale_pid] = stale_info
 
         gpus = sorted({gpu for plan in plans if plan.changes for gpu in plan.gpus})
         holders = procfs.gpu_holders(self.device_dir, {gpu: self.minors.get(gpu, gpu) for gpu in gpus}) if gpus else {}
@@ -268,6 +279,7 @@ class ServerControl:
                         judge(pid, f"port {port} of server {plan.name!r}", [plan])
         if problems:
             raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
+        return [plan.updated(blockers=blockers[plan.name]) for plan in plans]
 
     def _write_scripts(self, plans, check_mode):
         """Write the given launch scripts (and the launcher's units) after every check passed; returns their

@@ -1,10 +1,12 @@
 # Copyright (c) gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What happens to each server of one call: the per-server record (ServerPlan) and the planning policy.
+"""What is to happen to each server of one call: its frozen plan (ServerPlan) and the planning policy.
 
 Nothing here writes: a plan is built from what the host shows (a Snapshot that job.py gathers), the decision
 itself is server_plan.decide; then the canary deferral and, for a rollback, which last good script each server
-goes back to (files are only read).
+goes back to (files are only read). A plan is never changed once made: each later planning step (the deferral,
+job.py's conflict policy and router check) returns new plans. What happens while the worker acts is recorded in
+a ServerRun (run.py).
 """
 
 import collections
@@ -21,9 +23,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
     DEFAULT_LAUNCHER,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
-    STEP_FAILED,
-)
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
@@ -38,54 +37,37 @@ def gpu_keyed(values):
     return {str(index): value for index, value in sorted(values.items())}
 
 
-class ServerPlan:
-    """What happens to one server, and what happened."""
+_PLAN_FIELDS = (
+    "spec", "name", "recorded",
+    # Who starts it (the requested launcher), and who stops what runs now (the recorded one).
+    "launcher", "stop_launcher",
+    # The settings it is to run with (None when it is to stop), its GPUs, and the decision.
+    "desired", "gpus", "action", "reason",
+    # What runs of it when planned: ProcessInfo of its main process while that is the recorded one (or the
+    # launcher's current one), else None; pid -> ProcessInfo; its process group.
+    "main", "processes", "group",
+    # Stale servers and forced foreign holders that hold its GPUs or port (the conflict policy): pid -> ProcessInfo.
+    "blockers",
+    # The launch script's sha256, and its flags and environment, keys hidden (for the run journal).
+    "script_sha256", "launch_settings",
+    # Used MiB per GPU (keyed as text) when planned; behind a router, the worker URL it is registered under.
+    "gpu_memory_before", "worker_url",
+    # With rollback: the record of the run it goes back to, or why it has no last good configuration.
+    "rollback_to", "no_last_good",
+)
 
-    def __init__(self, spec, recorded, launcher, stop_launcher):
-        self.spec = spec
-        self.name = spec["name"]
-        self.recorded = recorded
-        # Who starts it (the requested launcher), and who stops what runs now (the recorded one).
-        self.launcher = launcher
-        self.stop_launcher = stop_launcher
-        self.desired = None
-        recorded_gpus = (recorded or {}).get("gpus")
-        # A state file is only read: a malformed GPU list counts as none recorded.
-        if not isinstance(recorded_gpus, list) or not all(_is_index(gpu) for gpu in recorded_gpus):
-            recorded_gpus = []
-        self.gpus = sorted(spec.get("gpus") or recorded_gpus)
-        self.action = "unchanged"
-        self.reason = ""
-        # ProcessInfo of its main process while that is the recorded one (or the launcher's current one), else None.
-        self.main = None
-        self.processes = {}
-        self.group = None
-        # Stale servers and forced foreign holders that hold this server's GPUs or port: pid -> ProcessInfo.
-        self.blockers = {}
-        self.killed = []
-        self.last_signal = {}
-        self.script_sha256 = None
-        # Flags and environment of the launch script, keys hidden: recorded for the run journal.
-        self.launch_settings = None
-        self.launched = {}
-        self.rotated_log = None
-        self.timings = {}
-        self.gpu_memory_before = {}
-        self.gpu_memory_after = {}
-        # The worker's progress through kill -> verify -> launch (steps.py).
-        self.step = None
-        self.step_since = None
-        self.error = None
-        self.down = False
-        self.gpu_used = {}
-        self.gpu_holders = None
-        self.port_holders = []
-        self.processes_left = {}
-        self.stop_started = None
-        # Its drain (draining.Drain) and, behind a router, its worker URL and the router entries taken out.
-        self.drain = None
-        self.worker_url = None
-        self.router_removed = None
+
+class ServerPlan(collections.namedtuple("ServerPlan", _PLAN_FIELDS)):
+    """What is to happen to one server: decided before anything is touched, never changed after (a tuple)."""
+
+    __slots__ = ()
+
+    def updated(self, **changes):
+        """A new plan: this one with ``changes``."""
+        return self._replace(**changes)
+
+    def with_action(self, action, reason):
+        return self._replace(action=action, reason=reason)
 
     @property
     def main_pid(self):
@@ -114,28 +96,6 @@ class ServerPlan:
         """Unchanged, but its main process is not the recorded one: systemd restarted it since it was recorded."""
         return self.action == "unchanged" and self.main_pid != self.recorded.get("pid")
 
-    @property
-    def gpu_used_mib(self):
-        return gpu_keyed(self.gpu_used)
-
-    def targets(self):
-        return {**self.blockers, **self.processes}
-
-    def enter(self, step, now):
-        self.step, self.step_since = step, now
-
-    def fail(self, now, error, down):
-        self.enter(STEP_FAILED, now)
-        self.error, self.down = error, down
-
-    def progress(self, now):
-        return {"name": self.name, "step": self.step, "seconds": round(now - (self.step_since or now), 1),
-                "action": self.action, "processes_left": len(self.processes_left),
-                "requests_left": self.drain.requests_left if self.drain else None,
-                "signal": "SIGKILL" if "SIGKILL" in self.last_signal.values() else (
-                    "SIGTERM" if self.last_signal else None),
-                "gpu_used_mib": self.gpu_used_mib, "port_holders": self.port_holders, "error": self.error}
-
 
 # What the host shows of one server before anything is decided: its state file (or None), what of it runs
 # (launchers.Running, seen through its stop launcher) and, unless it is to stop, the launch script it would
@@ -154,30 +114,41 @@ def stop_launcher_of(recorded, launchers_by_name):
     return launchers_by_name.get(recorded_launcher, launchers_by_name[DEFAULT_LAUNCHER])
 
 
-def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_file):
+def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_file, rollback_to=None,
+                no_last_good=None):
     """The ServerPlan of ``spec`` for ``state``: ``launcher`` starts it, ``stop_launcher`` stops what runs;
-    ``secrets`` are hidden from its launch settings, ``state_file`` is named in its reason."""
-    plan = ServerPlan(spec, snapshot.recorded, launcher, stop_launcher)
-    plan.processes, plan.group, plan.main = snapshot.running.processes, snapshot.running.group, snapshot.running.main
+    ``secrets`` are hidden from its launch settings, ``state_file`` is named in its reason; with rollback,
+    ``rollback_to`` is the record of the run it goes back to, ``no_last_good`` why it has none."""
+    recorded = snapshot.recorded
+    recorded_gpus = (recorded or {}).get("gpus")
+    # A state file is only read: a malformed GPU list counts as none recorded.
+    if not isinstance(recorded_gpus, list) or not all(_is_index(gpu) for gpu in recorded_gpus):
+        recorded_gpus = []
+    running = snapshot.running
+    script_sha256 = settings = desired = None
     if state != "stopped":
-        plan.script_sha256, script_text = snapshot.script
-        plan.launch_settings = launch_settings.read_settings(script_text, secrets)
-        plan.desired = server_plan.desired_settings(spec, plan.script_sha256, launcher.name, launcher.desired(spec))
-    observed = server_plan.Observed(snapshot.recorded, bool(plan.processes), plan.main_pid)
-    decision = server_plan.decide(state, plan.desired, observed, state_file)
-    plan.action, plan.reason = decision.action, decision.reason
-    return plan
+        script_sha256, script_text = snapshot.script
+        settings = launch_settings.read_settings(script_text, secrets)
+        desired = server_plan.desired_settings(spec, script_sha256, launcher.name, launcher.desired(spec))
+    main_pid = running.main.pid if running.main else None
+    observed = server_plan.Observed(recorded, bool(running.processes), main_pid)
+    decision = server_plan.decide(state, desired, observed, state_file)
+    return ServerPlan(
+        spec=spec, name=spec["name"], recorded=recorded, launcher=launcher, stop_launcher=stop_launcher,
+        desired=desired, gpus=sorted(spec.get("gpus") or recorded_gpus), action=decision.action,
+        reason=decision.reason, main=running.main, processes=running.processes, group=running.group, blockers={},
+        script_sha256=script_sha256, launch_settings=settings, gpu_memory_before={}, worker_url=None,
+        rollback_to=rollback_to, no_last_good=no_last_good)
 
 
 def defer_beyond_max_changes(plans, limit):
     """A canary: only the first ``limit`` (max_changes) servers that need a change get it; the others keep running
-    what they run, their scripts untouched, until a later call."""
-    if limit:
-        for plan in [plan for plan in plans if plan.changes][limit:]:
-            plan.action = "deferred"
-            plan.reason = f"deferred: at most {limit} servers change in this call (max_changes); would be " + \
-                plan.reason
-    return plans
+    what they run, their scripts untouched, until a later call. Returns new plans; ``plans`` are left as they are."""
+    changing = [index for index, plan in enumerate(plans) if plan.changes]
+    beyond = set(changing[limit:]) if limit else set()
+    return [plan.with_action("deferred", f"deferred: at most {limit} servers change in this call (max_changes); "
+                             "would be " + plan.reason) if index in beyond else plan
+            for index, plan in enumerate(plans)]
 
 
 def take_last_good(params):

@@ -1,0 +1,191 @@
+"""_lifecycle's plans: decided from constructed snapshots, frozen once made, and the worker's record kept apart.
+
+No processes, no host: a Snapshot is built here, as job.py would gather it from the host.
+"""
+
+import hashlib
+
+import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.plan import (
+    ServerPlan,
+    Snapshot,
+    defer_beyond_max_changes,
+    plan_server,
+    requested_state,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.run import (
+    ServerRun,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import Running
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import STEP_FAILED
+from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import ProcessInfo
+from ansible_collections.gpuops.sglang.plugins.module_utils.server_plan import (
+    desired_settings,
+)
+
+STATE_FILE = "/var/lib/gpuops-sglang/{name}.json"
+SCRIPT = "#!/bin/sh\nexport SGLANG_API_KEY=sk-secret\nexec python3 -m sglang.launch_server --port 30000 --tp 2\n"
+SHA = hashlib.sha256(SCRIPT.encode()).hexdigest()
+
+
+class FakeLauncher:
+    """The launcher seam as plan_server reads it: a name and its own compared settings (none)."""
+
+    name = "detached"
+
+    @staticmethod
+    def desired(server):
+        return {}
+
+
+LAUNCHER = FakeLauncher()
+
+
+def spec(name="gpu0", port=30000, gpus=(0, 1)):
+    return {"name": name, "port": port, "gpus": list(gpus), "launch_script": f"/opt/s/{name}.sh",
+            "log_path": f"/var/log/s/{name}.log"}
+
+
+def process(pid):
+    return ProcessInfo(pid, 1, pid, pid, "S", 99, "python3 -m sglang.launch_server", ["python3"], None)
+
+
+def recorded_for(server, pid=4242, sha=SHA):
+    return dict(desired_settings(server, sha), name=server["name"], pid=pid, pgid=pid, pid_starttime=99)
+
+
+def running(pid=None):
+    """What of a server runs: its main process ``pid`` (None: nothing runs)."""
+    if pid is None:
+        return Running({}, None, None)
+    return Running({pid: process(pid)}, pid, process(pid))
+
+
+def plan(server, state="started", recorded=None, pid=None, script=(SHA, SCRIPT), **rollback):
+    snapshot = Snapshot(recorded, running(pid), script if state != "stopped" else None)
+    return plan_server(server, state, snapshot, LAUNCHER, LAUNCHER, ["sk-secret"],
+                       STATE_FILE.format(name=server["name"]), **rollback)
+
+
+# ---- the planner's decisions on snapshots ------------------------------------------------------------------
+
+
+def test_a_server_never_launched_is_launched_on_its_gpus_in_order():
+    decided = plan(spec(gpus=(3, 1)))
+    assert (decided.action, decided.reason) == ("launched", "no state recorded in /var/lib/gpuops-sglang/gpu0.json")
+    assert decided.gpus == [1, 3]
+    assert decided.launches and decided.changes and not decided.kills
+    assert decided.desired["script_sha256"] == SHA
+    assert decided.script_sha256 == SHA
+    assert decided.launch_settings["env"]["SGLANG_API_KEY"] != "sk-secret", "keys hidden from the journal"
+    assert (decided.blockers, decided.worker_url, decided.gpu_memory_before) == ({}, None, {})
+
+
+def test_a_running_server_with_the_same_script_is_left_alone():
+    server = spec()
+    decided = plan(server, recorded=recorded_for(server), pid=4242)
+    assert (decided.action, decided.reason) == ("unchanged", "running (pid 4242) with the same launch script")
+    assert not decided.changes and not decided.restarted_since_recorded
+    assert decided.main_pid == 4242 and decided.port == 30000
+
+
+def test_a_changed_script_relaunches_a_running_server():
+    server = spec()
+    decided = plan(server, recorded=recorded_for(server, sha="old"), pid=4242)
+    assert (decided.action, decided.reason) == ("relaunched", "changed: launch script content")
+    assert decided.kills and decided.launches
+
+
+def test_a_server_its_launcher_restarted_is_unchanged_but_seen_as_restarted():
+    server = spec()
+    decided = plan(server, recorded=recorded_for(server, pid=4242), pid=5151)
+    assert decided.action == "unchanged" and decided.restarted_since_recorded
+
+
+def test_a_stop_reads_no_script_and_takes_the_recorded_gpus_and_port():
+    server = {"name": "gpu0"}  # stop.yml passes names only
+    decided = plan(server, state="stopped", recorded=recorded_for(spec(gpus=(2, 0))), pid=4242, script=None)
+    assert (decided.action, decided.reason) == ("stopped", "stop requested")
+    assert (decided.gpus, decided.port) == ([0, 2], 30000)
+    assert decided.desired is None and decided.script_sha256 is None and decided.launch_settings is None
+    assert plan(server, state="stopped", recorded=None).action == "already_stopped"
+
+
+def test_a_malformed_recorded_gpu_list_counts_as_none():
+    decided = plan({"name": "gpu0"}, state="stopped", recorded={"pid": 1, "gpus": [0, "1", True]}, script=None)
+    assert decided.gpus == []
+
+
+def test_a_rollback_without_a_last_good_configuration_stops_the_server_and_says_why():
+    no_last_good = {"gpu0": "gpu0 has no last good configuration"}
+    assert requested_state("restarted", "gpu0", no_last_good) == "stopped"
+    assert requested_state("restarted", "gpu1", no_last_good) == "restarted"
+    server = spec()
+    decided = plan(server, state="stopped", recorded=recorded_for(server), pid=4242, script=None,
+                   no_last_good=no_last_good["gpu0"])
+    assert (decided.action, decided.no_last_good, decided.rollback_to) == (
+        "stopped", "gpu0 has no last good configuration", None)
+    back = plan(server, state="restarted", recorded=recorded_for(server), pid=4242,
+                rollback_to={"run_id": "r1", "script_sha256": SHA, "key_status": "none"})
+    assert (back.action, back.rollback_to["run_id"], back.no_last_good) == ("relaunched", "r1", None)
+
+
+# ---- planning never mutates ----------------------------------------------------------------------------------
+
+
+def test_a_plan_cannot_be_assigned_to():
+    decided = plan(spec())
+    for field in ("action", "reason", "recorded", "blockers", "worker_url", "step", "killed"):
+        with pytest.raises(AttributeError):
+            setattr(decided, field, "changed")
+    assert decided.action == "launched"
+    assert isinstance(decided, ServerPlan) and not hasattr(decided, "__dict__")
+
+
+def test_a_changed_plan_is_a_new_plan():
+    decided = plan(spec())
+    deferred = decided.with_action("deferred", "later")
+    routed = decided.updated(worker_url="http://10.0.0.1:30000")
+    assert (deferred.action, deferred.reason, deferred.changes) == ("deferred", "later", False)
+    assert routed.worker_url == "http://10.0.0.1:30000"
+    assert (decided.action, decided.worker_url) == ("launched", None)
+
+
+def test_the_canary_deferral_returns_new_plans_and_leaves_its_input_untouched():
+    servers = [spec(f"gpu{index}", 30000 + index, [index]) for index in range(4)]
+    unchanged = plan(servers[1], recorded=recorded_for(servers[1]), pid=4242)
+    plans = [plan(servers[0]), unchanged, plan(servers[2]), plan(servers[3])]
+    before = [tuple(each) for each in plans]
+    deferred = defer_beyond_max_changes(plans, 1)
+    assert deferred is not plans
+    assert [tuple(each) for each in plans] == before
+    assert [each.action for each in plans] == ["launched", "unchanged", "launched", "launched"]
+    assert [each.action for each in deferred] == ["launched", "unchanged", "deferred", "deferred"]
+    assert deferred[0] is plans[0] and deferred[1] is plans[1]
+    assert deferred[2].reason == ("deferred: at most 1 servers change in this call (max_changes); would be "
+                                  "no state recorded in /var/lib/gpuops-sglang/gpu2.json")
+    assert not any(each.changes for each in deferred[2:])
+    for limit in (None, 0, 3):
+        assert [each.action for each in defer_beyond_max_changes(plans, limit)] == [
+            "launched", "unchanged", "launched", "launched"]
+
+
+# ---- what the worker records is kept on the run ------------------------------------------------------------
+
+
+def test_a_run_records_what_happens_and_leaves_its_plan_as_decided():
+    server = spec()
+    decided = plan(server, recorded=recorded_for(server, sha="old"), pid=4242).updated(blockers={77: process(77)})
+    run = ServerRun(decided)
+    assert set(run.targets()) == {77, 4242}
+    run.processes[4343] = process(4343)  # a child spawned while it shut down
+    run.last_signal[4242] = "SIGTERM"
+    run.gpu_used = {1: 300, 0: 20}
+    run.fail(12.0, "gpu0 is down: ...", down=True)
+    assert (run.step, run.error, run.down) == (STEP_FAILED, "gpu0 is down: ...", True)
+    assert set(decided.processes) == {4242}, "the plan keeps what was seen when it was made"
+    assert set(run.targets()) == {77, 4242, 4343}
+    assert run.progress(13.04) == {
+        "name": "gpu0", "step": STEP_FAILED, "seconds": 1.0, "action": "relaunched", "processes_left": 0,
+        "requests_left": None, "signal": "SIGTERM", "gpu_used_mib": {"0": 20, "1": 300}, "port_holders": [],
+        "error": "gpu0 is down: ..."}
