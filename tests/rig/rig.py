@@ -39,6 +39,7 @@ from pathlib import Path
 
 RIG_DIR = Path(__file__).resolve().parent
 SIMULATOR_DIR = RIG_DIR.parent / "simulator"
+FLAG_TABLES = RIG_DIR.parent.parent / "plugins" / "plugin_utils" / "sglang_flag_tables.py"
 DEFAULT_WORKDIR = Path("/var/tmp/gpuops-rig")
 DEFAULT_PORT = 2222
 LXC_PATH = Path("/var/lib/lxc")
@@ -392,6 +393,8 @@ def install_simulator(vmid, gpus):
     shutil.rmtree(target, ignore_errors=True)  # a mirror: files deleted from the repo go too
     shutil.copytree(SIMULATOR_DIR, target,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "test_*.py", "conftest.py"))
+    # The simulator parses SGLang's flags from the collection's generated tables; only its own directory is here.
+    shutil.copyfile(FLAG_TABLES, target / FLAG_TABLES.name)
     # `init` creates or updates the state dir and keeps live allocations, so it is safe on re-`up`.
     attach(vmid, ["python3", f"{SIM_DIR_IN_CT}/fakegpu.py", "init", FAKE_GPU_DIR_IN_CT,
                   "--count", str(gpus), "--hide-compute-apps"])

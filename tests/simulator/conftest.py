@@ -176,17 +176,17 @@ def draft_model_dir(tmp_path):
 
 @pytest.fixture
 def launch(tmp_path, gpu_dir, model_dir):
-    """launch(*flags, env=None, log_format="classic", time_scale=0.05, model=None) -> SimServer.
+    """launch(*flags, env=None, version="0.5.9", time_scale=0.05, model=None) -> SimServer.
 
     Kills everything started afterwards, orphans included."""
     started = []
 
-    def start(*flags, env=None, log_format="classic", time_scale=0.05, model=None):
+    def start(*flags, env=None, version="0.5.9", time_scale=0.05, model=None):
         port = free_port()
         marker = f"simtest-{uuid.uuid4().hex[:12]}"
         log_path = str(tmp_path / f"{marker}.log")
         # SPT_NOENV=1 as in a launch script: otherwise setproctitle wipes the children's /proc/<pid>/environ
-        full_env = dict(os.environ, GPUOPS_FAKE_GPU_DIR=gpu_dir, SGLANG_SIM_LOG_FORMAT=log_format,
+        full_env = dict(os.environ, GPUOPS_FAKE_GPU_DIR=gpu_dir, SGLANG_SIM_VERSION=version,
                         SGLANG_SIM_TIME_SCALE=str(time_scale), SPT_NOENV="1", **{MARKER_VAR: marker})
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
         for name, value in (env or {}).items():  # None removes a variable

@@ -2,9 +2,11 @@
 """Stand-in for ``python3 -m sglang.launch_server`` (stdlib, optional setproctitle, Python >= 3.9).
 
 The entry script: the command line of a simulated server is ``python3 .../sglang_sim.py --model-path ...`` (SGLang's
-flags), and ``sglang_sim.py --make-model DIR [--arch A] [--hybrid-mamba] [--shards N] [--weights-gib G]`` creates a
-simulated model directory. The simulator itself is the package beside it, sglang_simulator/ (its __init__ gives
-the overview and the modules; settings.py the SGLANG_SIM_* environment; faults.py the SGLANG_SIM_FAULT table).
+flags), ``sglang_sim.py --make-model DIR [--arch A] [--hybrid-mamba] [--shards N] [--weights-gib G]`` creates a
+simulated model directory and ``sglang_sim.py --make-site DIR [--version V]`` a ``DIR/sglang-V.dist-info`` for
+importlib.metadata. The simulator itself is the package beside it, sglang_simulator/ (its __init__ gives
+the overview and the modules; settings.py the SGLANG_SIM_* environment, SGLANG_SIM_VERSION included; flags.py the
+flag tables; faults.py the SGLANG_SIM_FAULT table).
 """
 
 import os

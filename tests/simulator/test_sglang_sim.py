@@ -36,7 +36,7 @@ SUMMARY = (rf"\[{TS} TP0\] max_total_num_tokens=(?P<tokens>\d+), chunked_prefill
            rf"max_running_requests=(?P<running>\d+), context_len=262144, available_gpu_mem={GB}")
 
 SEQUENCES = {
-    "classic": [
+    "0.5.9": [
         rf"\[{TS}\] server_args=ServerArgs\(model_path='[^']+', tokenizer_path=.*, tp_size=2, .*\)",
         rf"\[{TS} TP0\] Init torch distributed begin\.",
         rf"\[{TS} TP0\] Init torch distributed ends\. elapsed=\d+\.\d\d s, mem usage={GB}",
@@ -55,7 +55,7 @@ SEQUENCES = {
         SUMMARY,
         *UVICORN_AND_WARMUP,
     ],
-    "new": [
+    "0.5.23": [
         rf"\[{TS}\] server_args=\{{'model_path': '[^']+', .*'tp_size': 2, .*\}}",
         rf"\[{TS} TP0\] Init parallel begin\.",
         rf"\[{TS} TP0\] Init parallel ends\. elapsed=\d+\.\d\d s",
@@ -103,20 +103,20 @@ def device_links(pid):
     return {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
 
 
-@pytest.mark.parametrize("log_format", ["classic", "new"])
-def test_tp2_start_serve_and_sigterm(launch, gpu_dir, log_format):
-    server = launch("--tp-size", "2", "--enable-metrics", log_format=log_format,
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_tp2_start_serve_and_sigterm(launch, gpu_dir, version):
+    server = launch("--tp-size", "2", "--enable-metrics", version=version,
                     env={"CUDA_VISIBLE_DEVICES": "1,3", "SGLANG_SIM_EXTRA": "inherited"})
     server.wait_ready()
     lines = server.log_lines()
-    assert_in_order(lines, SEQUENCES[log_format])
+    assert_in_order(lines, SEQUENCES[version])
     # other ranks log too; unanchored, since a line may follow rank 0's bar, which ends without a newline
     assert re.search(rf"\[{TS} TP1\] Load weight end\. ", server.log())
     # progress bars come from rank 0 only
     assert sum(line.startswith("Loading safetensors checkpoint shards:   0% Completed | 0/4") for line in lines) == 1
     assert sum(line.startswith("Capturing batches (") and "| 0/36 [" in line for line in lines) == 1
     raw = server.log()
-    bar_refresh_end = "\n" if log_format == "classic" else "\r"  # classic BAR_FORMAT ends with "\n"
+    bar_refresh_end = "\n" if version == "0.5.9" else "\r"  # classic BAR_FORMAT ends with "\n"
     # An intermediate refresh (which one: a starved process may skip some, as tqdm's mininterval does).
     assert re.search(r"\rLoading safetensors checkpoint shards: +\d+% Completed \| [123]/4 [^\r\n]*" + bar_refresh_end,
                      raw)
@@ -149,7 +149,7 @@ def test_tp2_start_serve_and_sigterm(launch, gpu_dir, log_format):
     assert info["max_total_num_tokens"] == int(summary["tokens"])
     assert info["max_running_requests"] == int(summary["running"])
     assert info["context_len"] == 262144 and info["tp_size"] == 2
-    assert info["version"] == {"classic": "0.5.9", "new": "0.5.23"}[log_format]
+    assert info["version"] == version
     assert info["internal_states"][0]["memory_usage"]["token_capacity"] == int(summary["tokens"])
     status, body = server.get("/v1/models")
     assert json.loads(body)["data"][0]["max_model_len"] == 262144
@@ -332,11 +332,11 @@ def test_argument_errors_like_argparse(model_dir):
     assert result.returncode == 2
     assert result.stderr.startswith("usage: launch_server.py [-h] --model-path MODEL_PATH")
     assert "error: unrecognized arguments: --bogus-flag" in result.stderr
-    # the v0.5.23 flag name does not exist in the classic version, and vice versa
-    for log_format, flag in (("classic", "--mamba-radix-cache-strategy"), ("new", "--mamba-scheduler-strategy")):
+    # the v0.5.23 flag name does not exist in v0.5.9, and vice versa
+    for version, flag in (("0.5.9", "--mamba-radix-cache-strategy"), ("0.5.23", "--mamba-scheduler-strategy")):
         result = subprocess.run([sys.executable, SIM_SCRIPT, "--model-path", model_dir, flag, "extra_buffer"],
                                 capture_output=True, text=True, check=False,
-                                env=dict(os.environ, SGLANG_SIM_LOG_FORMAT=log_format))
+                                env=dict(os.environ, SGLANG_SIM_VERSION=version))
         assert result.returncode == 2 and f"unrecognized arguments: {flag}" in result.stderr
 
 

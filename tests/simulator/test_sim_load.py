@@ -303,17 +303,17 @@ def test_kv_pool_limits_admission(launch):
     assert out["meta_info"]["completion_tokens"] == 999 - 900 - 1
 
 
-@pytest.mark.parametrize("flags, log_format, running", [
-    ((), "classic", 53),  # auto -> no_buffer: 3 slots a request
-    (("--mamba-scheduler-strategy", "no_buffer"), "classic", 53),
-    (("--mamba-scheduler-strategy", "extra_buffer"), "classic", 32),  # + 2 ping-pong slots
-    (("--mamba-scheduler-strategy", "extra_buffer", "--disable-overlap-schedule"), "classic", 40),  # + 1
-    (("--disable-radix-cache",), "classic", 160),  # nothing cached: 1 slot
-    (("--mamba-radix-cache-strategy", "extra_buffer"), "new", 32),  # v0.5.23's name for the flag
-    (("--max-running-requests", "20"), "classic", 20),  # the user's value when it is lower
+@pytest.mark.parametrize("flags, version, running", [
+    ((), "0.5.9", 53),  # auto -> no_buffer: 3 slots a request
+    (("--mamba-scheduler-strategy", "no_buffer"), "0.5.9", 53),
+    (("--mamba-scheduler-strategy", "extra_buffer"), "0.5.9", 32),  # + 2 ping-pong slots
+    (("--mamba-scheduler-strategy", "extra_buffer", "--disable-overlap-schedule"), "0.5.9", 40),  # + 1
+    (("--disable-radix-cache",), "0.5.9", 160),  # nothing cached: 1 slot
+    (("--mamba-radix-cache-strategy", "extra_buffer"), "0.5.23", 32),  # v0.5.23's name for the flag
+    (("--max-running-requests", "20"), "0.5.9", 20),  # the user's value when it is lower
 ])
-def test_mamba_strategy_sets_max_running_requests(launch, flags, log_format, running):
-    server = launch("--max-mamba-cache-size", "160", "--disable-cuda-graph", *flags, log_format=log_format)
+def test_mamba_strategy_sets_max_running_requests(launch, flags, version, running):
+    server = launch("--max-mamba-cache-size", "160", "--disable-cuda-graph", *flags, version=version)
     server.wait_ready()
     info = json.loads(server.get("/server_info")[1])
     assert (info["max_mamba_cache_size"], info["max_running_requests"]) == (160, running)
@@ -328,13 +328,13 @@ def test_disabled_radix_cache_sizes_the_mamba_cache_by_max_running_requests(laun
     assert "Mamba Cache is allocated. max_mamba_cache_size: 24, " in server.log()
 
 
-@pytest.mark.parametrize("log_format", ["classic", "new"])
-def test_hybrid_metrics_under_load_and_when_idle(launch, log_format):
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_hybrid_metrics_under_load_and_when_idle(launch, version):
     """30 mamba slots, no_buffer: 10 running requests fill them, so mamba_usage reads 1.0 (and token_usage from v0.5.10);
     the idle refresh then zeroes the KV side and leaves mamba_usage at its last busy value."""
     server = launch("--enable-metrics", "--max-mamba-cache-size", "30", "--decode-log-interval", "10",
-                    log_format=log_format, env={"SGLANG_SIM_DECODE_TOKENS_PER_S": "100",
-                                                "SGLANG_SIM_IDLE_REFRESH_S": "0.5"})
+                    version=version, env={"SGLANG_SIM_DECODE_TOKENS_PER_S": "100",
+                                          "SGLANG_SIM_IDLE_REFRESH_S": "0.5"})
     server.wait_ready()
     text = metrics(server)
     assert metric(text, "token_usage") == metric(text, "mamba_usage") == metric(text, "num_running_reqs") == 0
@@ -356,16 +356,16 @@ def test_hybrid_metrics_under_load_and_when_idle(launch, log_format):
     assert metric(busy, "num_running_reqs") == 10 and metric(busy, "num_queue_reqs") == 0
     assert metric(busy, "mamba_usage") == 1.0  # 10 requests x 3 slots / 30
     used, pool = metric(busy, "num_used_tokens"), metric(busy, "max_total_num_tokens")
-    # v0.5.10+ (new): the fuller of full KV and mamba; v0.5.9 (classic): the KV pool alone.
-    assert metric(busy, "token_usage") == (1.0 if log_format == "new" else used / pool)
+    # v0.5.10+: the fuller of full KV and mamba; v0.5.9: the KV pool alone.
+    assert metric(busy, "token_usage") == (1.0 if version == "0.5.23" else used / pool)
     assert 10 * 100 < used < 10 * (100 + 300)  # prompts + tokens generated so far
     assert metric(busy, "gen_throughput") > 0
-    if log_format == "new":
+    if version == "0.5.23":
         assert metric(busy, "full_token_usage") == used / pool
     else:
         assert "full_token_usage" not in busy
-    usage = {"classic": r"#token: \d+, token usage: 0\.\d\d, mamba usage: 1\.00, ",
-             "new": r"#full token: \d+, full token usage: 0\.\d\d, mamba num: 30, mamba usage: 1\.00, "}[log_format]
+    usage = {"0.5.9": r"#token: \d+, token usage: 0\.\d\d, mamba usage: 1\.00, ",
+             "0.5.23": r"#full token: \d+, full token usage: 0\.\d\d, mamba num: 30, mamba usage: 1\.00, "}[version]
     assert re.fullmatch(rf"Decode batch, #running-req: 10, {usage}cuda graph: True, "
                         r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0, ", line), line
 

@@ -18,7 +18,7 @@ GROUP_TIMEOUT = 60  # seconds a two-node startup may take on a loaded machine
 SCHEDULER_CRASH = rf"\[{TS} TP(?P<rank>\d)\] Scheduler hit an exception: Traceback \(most recent call last\):\n"
 GLOO_CLOSED = r"RuntimeError: \[/pytorch/third_party/gloo/gloo/transport/tcp/pair\.cc:534\] Connection closed by peer " \
               r"\[127\.0\.0\.1\]:\d+$"
-BEGIN = {"classic": "Init torch distributed begin.", "new": "Init parallel begin."}
+BEGIN = {"0.5.9": "Init torch distributed begin.", "0.5.23": "Init parallel begin."}
 
 
 @pytest.fixture
@@ -31,14 +31,14 @@ def node_gpu_dirs(gpu_dir, tmp_path):
 
 @pytest.fixture
 def node(launch, node_gpu_dirs):
-    """node(rank, *flags, dist_init_addr=True, env=None, log_format="classic") -> SimServer of one node of a TP-8
+    """node(rank, *flags, dist_init_addr=True, env=None, version="0.5.9") -> SimServer of one node of a TP-8
     group over two nodes (--dist-init-addr 127.0.0.1:<node.dist_port>, unless dist_init_addr is False); its
     used_mib() and nvidia_smi() look at that node's GPUs."""
 
-    def start(rank, *flags, dist_init_addr=True, env=None, log_format="classic"):
+    def start(rank, *flags, dist_init_addr=True, env=None, version="0.5.9"):
         dist = ["--dist-init-addr", f"127.0.0.1:{start.dist_port}"] if dist_init_addr else []
         server = launch("--tp-size", "8", "--nnodes", "2", "--node-rank", str(rank), *dist, *flags,
-                        env=dict(env or {}, GPUOPS_FAKE_GPU_DIR=node_gpu_dirs[rank]), log_format=log_format)
+                        env=dict(env or {}, GPUOPS_FAKE_GPU_DIR=node_gpu_dirs[rank]), version=version)
         server.gpu_dir = node_gpu_dirs[rank]
         return server
 
@@ -83,25 +83,27 @@ def assert_crashed(server, error):
     return int(crash["rank"])
 
 
-@pytest.mark.parametrize("log_format", ["classic", "new"])
-def test_two_nodes_form_one_group(node, node_gpu_dirs, log_format):
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_two_nodes_form_one_group(node, node_gpu_dirs, version):
     # Something else holds 8 GiB of node 1's GPU 2 (TP5's, through CUDA_VISIBLE_DEVICES): every rank sizes its
     # pools by that GPU.
     fakegpu.allocate(node_gpu_dirs[1], os.getpid(), 2, 8 * 1024, "leftover")
-    node0 = node(0, "--dist-timeout", "1200", log_format=log_format)
+    node0 = node(0, "--dist-timeout", "1200", version=version)
     # Alone, node 0 waits in the rendezvous: world rank 0 listens on --dist-init-addr, nothing goes further.
-    wait_for(lambda: node0.log().count(BEGIN[log_format]) == 4 and accepts(node.dist_port), GROUP_TIMEOUT,
+    wait_for(lambda: node0.log().count(BEGIN[version]) == 4 and accepts(node.dist_port), GROUP_TIMEOUT,
              what="node 0's four ranks in the rendezvous")
     assert "Load weight begin" not in node0.log() and node0.get("/health")[0] is None
-    node1 = node(1, "--dist-timeout", "1200", log_format=log_format, env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"})
+    node1 = node(1, "--dist-timeout", "1200", version=version, env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"})
     node0.wait_ready(GROUP_TIMEOUT)
     wait_dummy_health(node1)
+    # /ready (v0.5.23) on node 0 only: the placeholder health server of node 1 has none
+    assert (node0.get("/ready")[0], node1.get("/ready")[0]) == (200 if version == "0.5.23" else 404, 404)
 
     log0, log1 = node0.log(), node1.log()
     for log, ranks in ((log0, range(4)), (log1, range(4, 8))):
         for rank in ranks:
             assert_in_order(rank_messages(log, rank), [
-                re.escape(BEGIN[log_format]),
+                re.escape(BEGIN[version]),
                 r"Custom allreduce is disabled because this process group spans across nodes\.",
                 r"Init (torch distributed|parallel) ends\. elapsed=.*",
                 r"Load weight begin\. .*",

@@ -1,7 +1,7 @@
-"""The command line and the server configuration: SGLang's launch_server flags (build_parser; v0.5.23 spells the
-mamba strategy flag differently), ServerArgs.check_server_args as far as multi-node goes, ServerArgs after
-SGLang's defaulting (ServerConfig), the model's config.json as ModelConfig reads it, and the simulated model
-directories: ``sglang_sim.py --make-model DIR [--arch A] [--hybrid-mamba] [--shards N] [--weights-gib G]``."""
+"""The server configuration: ServerArgs.check_server_args as far as multi-node goes, ServerArgs after SGLang's
+defaulting (ServerConfig, over the command line flags.py parsed), the model's config.json as ModelConfig reads it,
+and the simulated model directories:
+``sglang_sim.py --make-model DIR [--arch A] [--hybrid-mamba] [--shards N] [--weights-gib G]``."""
 
 import argparse
 import json
@@ -13,64 +13,6 @@ import fakegpu
 from .log import write_line
 from .multinode import dist_init_address
 from .tracebacks import fake_traceback
-
-
-def build_parser(sim):
-    parser = argparse.ArgumentParser(prog="launch_server.py")
-    add = parser.add_argument
-    add("--model-path", "--model", dest="model_path", required=True)
-    add("--tokenizer-path")
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, default=30000)
-    add("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int, default=1)
-    add("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    add("--base-gpu-id", type=int, default=0)
-    add("--gpu-id-step", type=int, default=1)
-    add("--mem-fraction-static", type=float)
-    add("--max-running-requests", type=int)
-    add("--max-total-tokens", type=int)
-    add("--chunked-prefill-size", type=int)
-    add("--max-prefill-tokens", type=int, default=16384)
-    add("--context-length", type=int)
-    add("--enable-metrics", action="store_true")
-    add("--decode-log-interval", type=int, default=40)
-    add("--stream-interval", type=int, default=1)
-    add("--api-key")
-    add("--admin-api-key")
-    add("--ssl-keyfile-password")
-    add("--served-model-name")
-    add("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
-    add("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"])
-    add("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
-    add("--speculative-num-steps", type=int)
-    add("--speculative-eagle-topk", type=int)
-    add("--speculative-num-draft-tokens", type=int)
-    strategies = ["auto", "no_buffer", "extra_buffer"]
-    if sim.new:  # v0.5.23 renamed the flag; the old spelling is an unknown argument there
-        add("--mamba-radix-cache-strategy", default="auto", choices=strategies + ["extra_buffer_lazy"])
-    else:
-        add("--mamba-scheduler-strategy", default="auto", choices=strategies)
-    add("--max-mamba-cache-size", type=int)
-    add("--mamba-full-memory-ratio", type=float, default=0.9)
-    add("--disable-radix-cache", action="store_true")
-    add("--disable-overlap-schedule", action="store_true")
-    add("--disable-cuda-graph", action="store_true")
-    add("--cuda-graph-max-bs", type=int)
-    add("--trust-remote-code", action="store_true")
-    add("--skip-server-warmup", action="store_true")
-    add("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"])
-    add("--page-size", type=int, default=1)
-    add("--attention-backend")
-    add("--disable-custom-all-reduce", action="store_true")
-    add("--enable-p2p-check", action="store_true")
-    add("--watchdog-timeout", type=float, default=300)
-    add("--dist-timeout", type=int)
-    add("--nnodes", type=int, default=1)
-    add("--node-rank", type=int, default=0)
-    add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
-    add("--nccl-port", type=int)
-    return parser
-
 
 SERVER_ARGS_CHECK_FRAMES = [
     ("sglang/launch_server.py", 29, "<module>", "run_server(server_args)"),
@@ -97,8 +39,11 @@ def check_server_args(args):
 class ServerConfig:
     """ServerArgs after SGLang's defaulting (server_args.py, v0.5.9), plus the model's config.json."""
 
-    def __init__(self, args, sim):
+    def __init__(self, args, sim, own_dests=None):
         self.args, self.sim = args, sim
+        # The options the simulator reads (flags.OWN_OPTIONS) make its ServerArgs; the rest of the version's
+        # options are parsed and ignored.
+        self.own_dests = own_dests
         self.total_mib = 143771
         if self.sim.gpu_dir:
             self.total_mib = fakegpu.load_config(self.sim.gpu_dir)["gpus"][0]["total_mib"]
@@ -106,7 +51,7 @@ class ServerConfig:
         if args.chunked_prefill_size is None:
             args.chunked_prefill_size = 2048 if gpu_mem < 35 * 1024 else 4096 if gpu_mem < 60 * 1024 \
                 else 8192 if gpu_mem < 160 * 1024 else 16384
-        if args.cuda_graph_max_bs is None:
+        if getattr(args, "cuda_graph_max_bs", None) is None:
             big_tp = args.tp_size >= 4
             args.cuda_graph_max_bs = 8 if gpu_mem < 20 * 1024 else (80 if big_tp else 24) if gpu_mem < 35 * 1024 \
                 else (160 if big_tp else 32) if gpu_mem < 60 * 1024 else (512 if big_tp else 256) \
@@ -120,7 +65,8 @@ class ServerConfig:
             args.mem_fraction_static = round((gpu_mem - reserved) / gpu_mem, 3)
         if self.speculative and args.speculative_num_steps is None:
             args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = 5, 4, 8
-        strategy_flag = "mamba_radix_cache_strategy" if self.sim.new else "mamba_scheduler_strategy"
+        strategy_flag = "mamba_radix_cache_strategy" if hasattr(args, "mamba_radix_cache_strategy") \
+            else "mamba_scheduler_strategy"
         if getattr(args, strategy_flag) == "auto":
             setattr(args, strategy_flag, "no_buffer")
         self.mamba_strategy = getattr(args, strategy_flag)
@@ -142,7 +88,10 @@ class ServerConfig:
         self.dist_address = dist_init_address(args) if args.nnodes > 1 else None
 
     def as_dict(self):
-        return dict(vars(self.args))
+        items = vars(self.args)
+        if self.own_dests is None:
+            return dict(items)
+        return {key: value for key, value in items.items() if key in self.own_dests}
 
     def repr_line(self):
         items = self.as_dict()

@@ -64,6 +64,16 @@ _ROWS = [
           "(as in sglang #23627)", None),
     Fault("ignore_sigterm", "the whole life of the main process (Server.run, Server.serve_http)",
           "SIGTERM is ignored from the start (no drain): only SIGKILL or a failing child ends the server", None),
+    Fault("scheduler_ignores_shutdown", "v0.5.23's shutdown after the drain (Server.shutdown_v0_5_23)",
+          "the node's first scheduler ignores the ShutdownReq: 15 s (scaled) later the main process logs "
+          "'Schedulers still alive 15s after ShutdownReq, killing them before they released: [<its pid>]' and "
+          "SIGKILLs the tree; up to v0.5.10 it changes nothing (the tree is SIGKILLed at once)", None),
+    Fault("unreaped_child", "v0.5.23's shutdown after the drain (Server.shutdown_v0_5_23)",
+          "the node's first scheduler is stuck as in the driver: it ignores the ShutdownReq (so the 15 s line names "
+          "it too), and since no process really ignores SIGKILL the main process spares it instead, has it leave "
+          "(no parent-death signal, a session of its own) and 60 s (scaled) later logs 'kill_process_tree: 1 "
+          "process(es) not reaped within 60s after SIGKILL; pids=[<its pid>]'; it lives on, holding its GPU memory, "
+          "until killed; up to v0.5.10 it changes nothing", None),
     Fault("slow_release", "process exit (Sim.release_delay, handed to fakegpu.allocate)",
           "the GPU memory of every scheduler outlives it by SGLANG_SIM_RELEASE_DELAY seconds", None),
 ]

@@ -1,7 +1,7 @@
 """The HTTP side, as a FastAPI app behind uvicorn looks on the wire (HTTP/1.1, its Server header, its access
-lines and error bodies): the API of node 0 (make_handler: health, model and server info, /v1/models, /v1/loads,
-/metrics, the generation routes, streams as server-sent events) and the dummy health server of a node of
-rank >= 1 (make_dummy_health_handler)."""
+lines and error bodies): the API of node 0 (make_handler: health, /ready from v0.5.23 (like /health, no API key
+needed here), model and server info, /v1/models, /v1/loads, /metrics, pause and continue, the generation routes,
+streams as server-sent events) and the dummy health server of a node of rank >= 1 (make_dummy_health_handler)."""
 
 import http.server
 import json
@@ -94,7 +94,7 @@ def make_handler(server):
                           f"{code} {phrase}\n")
 
         def authorized(self):
-            if not server.args.api_key or self.path.startswith(("/health", "/metrics")):
+            if not server.args.api_key or self.path.startswith(("/health", "/metrics", "/ready")):
                 return True
             return self.headers.get("Authorization") == "Bearer " + server.args.api_key
 
@@ -115,6 +115,11 @@ def make_handler(server):
                     server.log.info("Health check request received during shutdown. Returning 503.")
                     return self.reply(503)
                 return self.reply(200 if server.status == "Up" else 503)
+            if path == "/ready" and server.sim.new and self.command == "GET":
+                return self.reply(200 if server.ready() else 503)
+            if path in ("/pause_generation", "/continue_generation") and self.command == "POST":
+                server.paused = path == "/pause_generation"
+                return self.reply(200)
             if path in ("/model_info", "/get_model_info") and self.command == "GET":
                 if path == "/get_model_info" and server.sim.new:
                     server.log.info("Endpoint '/get_model_info' is deprecated and will be removed in a future "

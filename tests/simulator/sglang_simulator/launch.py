@@ -1,15 +1,12 @@
-"""The entry point behind ``sglang_sim.py``: ``--make-model`` creates a model directory, anything else launches a
-server with SGLang's flags."""
+"""The entry point behind ``sglang_sim.py``: ``--make-model`` creates a model directory, ``--make-site`` a
+dist-info that makes ``importlib.metadata`` see sglang, anything else launches a server with the simulated
+version's flags (flags.py)."""
 
 import sys
 
-from .config import (
-    ServerConfig,
-    build_parser,
-    check_server_args,
-    make_model,
-    read_model_config,
-)
+from .config import ServerConfig, check_server_args, make_model, read_model_config
+from .dist_info import make_site
+from .flags import build_parser
 from .server import Server
 from .settings import Sim
 
@@ -18,11 +15,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--make-model" in argv:
         return make_model(argv)
+    if "--make-site" in argv:
+        return make_site(argv)
     sim = Sim()
-    args = build_parser(sim).parse_args(argv)
+    parser = build_parser(sim.release)
+    args = parser.parse_args(argv)
     sim.select_node(args.node_rank)
     check_server_args(args)
-    config = ServerConfig(args, sim)
+    config = ServerConfig(args, sim, parser.own_dests)
     # The main process reads config.json too (TokenizerManager); a missing model fails in the schedulers.
     try:
         model = read_model_config(args.model_path)

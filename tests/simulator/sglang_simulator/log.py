@@ -1,13 +1,10 @@
 """The log, as SGLang's configure_logger and uvicorn write it: ``[timestamp prefix] message`` records written in one
 write each (so concurrent processes sharing the log never interleave), tqdm's progress bars on a non-tty stderr,
-the schedulers' log prefixes, and VERSIONS: the two dialects SGLANG_SIM_LOG_FORMAT selects, classic (v0.5.9, the
-default) or new (v0.5.23), with the version /server_info and /v1/loads report (the lines that differ are written
-where they are logged, on ``sim.new``)."""
+and the schedulers' log prefixes. The two log dialects, classic (v0.5.9 and v0.5.10) and new (v0.5.23), follow
+SGLANG_SIM_VERSION (settings.py); the lines that differ are written where they are logged, on ``sim.new``."""
 
 import os
 import time
-
-VERSIONS = {"classic": "0.5.9", "new": "0.5.23"}
 
 
 class Logger:

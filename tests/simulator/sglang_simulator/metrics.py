@@ -8,6 +8,7 @@ import bisect
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS = TTFT_BUCKETS + (600, 1200, 1800, 2400)
 
+
 class TokenizerStats:
     """The tokenizer's counters and histograms, observed when a request finishes."""
 
@@ -33,6 +34,7 @@ class Histogram:
     def observe(self, value):
         self.sum += value
         self.counts[bisect.bisect_left(self.buckets, value)] += 1  # the first bucket with value <= bound
+
 
 def render_labels(labels):
     return "{" + ",".join(f'{name}="{value}"' for name, value in sorted(labels.items())) + "}"

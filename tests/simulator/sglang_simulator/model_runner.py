@@ -196,4 +196,3 @@ class ModelRunner:
         if pool["hybrid"]:
             values["max_mamba_cache_size"] = pool["mamba_slots"]
         return values
-

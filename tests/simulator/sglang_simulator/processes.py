@@ -1,6 +1,7 @@
 """The process model: children forked like SGLang's (titled ``sglang::...``, killed with their parent through
 PR_SET_PDEATHSIG, or escaping the launcher's process group with the orphan_scheduler fault), descendants found
-through /proc, SGLang's kill_process_tree, and the detokenizer (which only sleeps).
+through /proc, SGLang's kill_process_tree, the waits for processes to be gone (wait_gone: dead and reaped, or a
+zombie), and the detokenizer (which only sleeps).
 
 Without the optional setproctitle a child renames only /proc/<pid>/comm (15 characters); its cmdline stays the
 parent's."""
@@ -51,6 +52,44 @@ def kill_process_tree():
         except ProcessLookupError:
             pass
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def gone(pid):
+    """Whether a process has ended: no longer in /proc, or a zombie (its memory released)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def reap_children():
+    """Reap every child of this process that has ended."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+
+
+def wait_gone(pids, timeout):
+    """Wait up to ``timeout`` seconds for the processes to end, reaping this process's children; the pids left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reap_children()
+        left = [pid for pid in pids if not gone(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
+def detach():
+    """Leave the parent for good: no parent-death signal, a session of its own (the unreaped_child fault)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    os.setsid()
 
 
 def fork_child(title, run, orphan=False):

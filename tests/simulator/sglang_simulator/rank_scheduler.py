@@ -58,6 +58,7 @@ class Request:
         """Tokens from decode steps (the first one comes from the prefill): what gen_throughput counts."""
         return max(self.generated(now) - 1, 0)
 
+
 class RankScheduler:
     """One DP rank's scheduler; every method runs under Serving.lock."""
 
@@ -95,9 +96,9 @@ class RankScheduler:
 
     def publish(self, now, running, used, kv_usage, mamba_usage=None, **extra):
         """Set the gauges as SGLang's log_stats does; mamba_usage None leaves it as it was."""
-        # A hybrid model's token_usage is the fuller of its two pools from v0.5.10 on; v0.5.9 (the classic format)
-        # publishes the KV pool alone there (scheduler_metrics_mixin.py; see docs/capacity.md).
-        token_usage = max(kv_usage, mamba_usage or 0.0) if self.sim.new else kv_usage
+        # A hybrid model's token_usage is the fuller of its two pools from v0.5.10 on; v0.5.9 publishes the KV pool
+        # alone there (scheduler_metrics_mixin.py; see docs/capacity.md).
+        token_usage = max(kv_usage, mamba_usage or 0.0) if self.sim.at_least("0.5.10") else kv_usage
         self.gauges.update(num_running_reqs=running, num_used_tokens=used, full_token_usage=kv_usage,
                            token_usage=token_usage, num_queue_reqs=len(self.waiting), **extra)
         if self.mamba_slots and mamba_usage is not None:

@@ -29,7 +29,6 @@ class RequestError(Exception):
     """A request refused with 400, in SGLang's words where it has them."""
 
 
-
 def max_new_tokens(value, default=DEFAULT_MAX_NEW_TOKENS):
     if value is None:
         return default

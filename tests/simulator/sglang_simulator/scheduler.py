@@ -1,7 +1,8 @@
 """A scheduler process (one per TP rank of this node and DP rank, titled ``sglang::scheduler_TP<i>``): its GPU
 (through fakegpu.py: memory held while it lives), the distributed init and memory checks, the startup phases
-(model_runner.py), the ready report to the main process, then its event loop until killed; any failure is
-logged as "Scheduler hit an exception" and SIGQUITs the main process, which kills the tree."""
+(model_runner.py), the ready report to the main process, then its event loop until killed or, on v0.5.23's
+ShutdownReq (``shutdown`` on its control pipe), until it released its GPU and exited; any failure is logged as
+"Scheduler hit an exception" and SIGQUITs the main process, which kills the tree."""
 
 import json
 import os
@@ -21,7 +22,7 @@ from .multinode import (
     Channel,
     process_group,
 )
-from .processes import sleep_forever
+from .processes import detach, sleep_forever
 from .tracebacks import SCHEDULER_FRAMES, SchedulerFailure, fake_traceback
 
 CONTEXT_MIB = 522  # a CUDA context plus cuBLAS workspace, as measured on the H200 (busy.txt)
@@ -175,7 +176,10 @@ class Scheduler(ModelRunner):
         self.log.info(message)
 
     def serve(self):
-        """The event loop: wait for the server to be up, then run (and maybe crash) until killed."""
+        """The event loop: wait for the server to be up, then run (and maybe crash) until killed, or until a
+        ShutdownReq the faults do not make it ignore (the node's first scheduler ignores it with
+        scheduler_ignores_shutdown and unreaped_child; with the latter the main process then tells it to detach)."""
+        stuck = self.first_local and bool({"scheduler_ignores_shutdown", "unreaped_child"} & self.sim.faults)
         crash_at = None
         while True:
             timeout = None if crash_at is None else max(crash_at - time.time(), 0)
@@ -192,4 +196,8 @@ class Scheduler(ModelRunner):
                 sleep_forever()
             if b"up" in message and "crash_after_ready" in self.sim.faults and self.first_local:
                 crash_at = time.time() + self.sim.fault_delay
-
+            if b"shutdown" in message and not stuck:
+                return  # released: the process exits, and its GPU memory with it
+            if b"detach" in message:  # stuck for good: it notices nothing more, its peers' ends included
+                detach()
+                sleep_forever()

@@ -1,10 +1,14 @@
 """The main process (SGLang's launch_server): it forks the schedulers (and, with --dp-size > 1, the data parallel
 controller; on node 0 the detokenizer), waits for their ready reports, then serves the HTTP API (handlers.py)
-through uvicorn's phases (connection refused -> 503 -> 200 once the warmup request passed) and handles the
-signals: SIGQUIT from a failed child kills the tree, SIGTERM drains the requests in flight and then kills the tree
-(exit 137). A node of rank >= 1 runs only its schedulers, then the dummy health server on --host/--port (GET
-/ping, /health, /health_generate: always 200; /metrics with --enable-metrics, no scheduler gauges) and waits on
-each scheduler, logging "Scheduler or DataParallelController <pid> terminated with <code>"."""
+through uvicorn's phases (connection refused -> 503 -> 200 once the warmup request passed) and handles the signals:
+SIGQUIT from a failed child kills the tree, SIGTERM drains the requests in flight and then kills the tree (exit
+137): at once up to v0.5.10; v0.5.23 first sends its schedulers a ShutdownReq and waits up to 15 s for them, then
+kills the tree and waits up to 60 s for it to be reaped, logging the stragglers of each wait (shutdown_v0_5_23; the
+waits on the simulated clock). GET /ready (v0.5.23) answers 200 only while up, not draining and not paused (POST
+/pause_generation, /continue_generation: they only flip that state here, generation goes on). A node of rank >= 1
+runs only its schedulers, then the dummy health server on --host/--port (GET /ping, /health, /health_generate:
+always 200; /metrics with --enable-metrics, no scheduler gauges) and waits on each scheduler, logging "Scheduler or
+DataParallelController <pid> terminated with <code>"."""
 
 import datetime
 import http.server
@@ -18,13 +22,14 @@ import time
 import urllib.request
 
 from .handlers import handle_http_error, make_dummy_health_handler, make_handler
-from .log import VERSIONS, Logger
+from .log import Logger
 from .processes import (
     descendants,
     fork_child,
     kill_process_tree,
     run_detokenizer,
     sleep_forever,
+    wait_gone,
 )
 from .scheduler import Scheduler
 from .serving import Serving
@@ -38,6 +43,7 @@ class Server:
         self.log.quiet = self.args.log_level in ("warning", "error", "critical")
         self.status = "Starting"
         self.gracefully_exit = False
+        self.paused = False
         self.scheduler_info = {}
         self.ready_infos = []
         self.control_fds = []
@@ -136,7 +142,45 @@ class Server:
             if not remaining:
                 break
             time.sleep(5)
+        if self.sim.new:
+            self.shutdown_v0_5_23()
         kill_process_tree()  # as SGLang 0.5.10 does after the drain: the shell sees 137
+
+    def shutdown_v0_5_23(self):
+        """After the drain, v0.5.23 asks this node's schedulers to shut down (ShutdownReq: they release and exit)
+        and waits up to 15 s, then SIGKILLs the tree and waits up to 60 s for it to be reaped; then kills itself.
+        The scheduler_ignores_shutdown and unreaped_child faults make the stragglers each wait logs."""
+        me = os.getpid()
+        schedulers = [ready["pid"] for ready in self.ready_infos]
+        for fd in self.control_fds:
+            try:
+                os.write(fd, b"shutdown\n")
+            except OSError:
+                pass
+        still_alive = wait_gone(schedulers, self.sim.scaled(15))
+        if still_alive:
+            self.log.error(f"Schedulers still alive 15s after ShutdownReq, killing them before they released: "
+                           f"{still_alive}")
+        spared = []
+        if "unreaped_child" in self.sim.faults and wait_gone(schedulers[:1], 0):  # still there
+            # The stuck scheduler: SIGKILL would not end it, so it is left running, detached, holding its memory.
+            spared = schedulers[:1]
+            os.write(self.control_fds[0], b"detach\n")
+            deadline = time.monotonic() + 5
+            while os.getsid(spared[0]) != spared[0] and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.log.info(f"kill_process_tree called: parent_pid={me}, include_parent=True, pid={me}")
+        children = [pid for pid in descendants(me) if pid not in spared]
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        not_reaped = wait_gone(children + spared, self.sim.scaled(60))
+        if not_reaped:
+            self.log.error(f"kill_process_tree: {len(not_reaped)} process(es) not reaped within 60s after SIGKILL; "
+                           f"pids={not_reaped}")
+        os.kill(me, signal.SIGKILL)
 
     # lifecycle --------------------------------------------------------------------------------
     def run(self):
@@ -153,6 +197,10 @@ class Server:
             timings = self.scheduler_info["timings"]
             graphs = ", ".join(f"{phase}={seconds:.2f}" for phase, seconds in timings["cuda_graph"].items())
             elapsed = time.time() - self.start_time
+            self.serving.startup_phases = {"load_weight": timings["load_weight"],
+                                           "kv_cache_allocation": timings["kv_cache_allocation"],
+                                           "cuda_graph": sum(timings["cuda_graph"].values()),
+                                           "scheduler_e2e": elapsed, "tokenizer_e2e": elapsed}
             self.log.info(f"Engine startup timings (s): load_weight={timings['load_weight']:.2f}, "
                           f"kv_cache_allocation={timings['kv_cache_allocation']:.2f}, scheduler_e2e={elapsed:.2f}, "
                           f"cuda_graph={{{graphs}}}, tokenizer_e2e={elapsed:.2f}")
@@ -281,18 +329,21 @@ class Server:
             dict(self.config.as_dict(), last_gen_throughput=self.serving.last_gen_throughput(dp_rank),
                  memory_usage=ready["memory_usage"], effective_max_running_requests_per_dp=ready["max_running_requests"])
             for dp_rank, ready in enumerate(self.ready_infos[::self.args.tp_size])]
-        info["version"] = VERSIONS[self.sim.log_format]
+        info["version"] = self.sim.version
         if self.sim.new:
             info["frontend"] = "python"
             info["startup_time"] = self.scheduler_info["timings"]
         return info
 
+    def ready(self):
+        """GET /ready (v0.5.23): up, and neither shutting down nor paused; no generation."""
+        return self.status == "Up" and not self.gracefully_exit and not self.paused
+
     def loads(self):
         """GET /v1/loads (SGLang's v1_loads.py): the schedulers' live counts per DP rank, metrics enabled or not."""
-        return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": VERSIONS[self.sim.log_format],
+        return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": self.sim.version,
                 "loads": self.serving.loads()}
 
     def metrics(self):
         labels = {"engine_type": "unified", "model_name": self.args.served_model_name, "pp_rank": "0", "tp_rank": "0"}
         return self.serving.metrics(labels)
-

@@ -1,7 +1,8 @@
 """The serving side of the main process: Serving (SGLang's tokenizer manager: checks a request, hands it to a DP
 rank round robin, follows it for the HTTP handler, ticks every rank's scheduler, renders /metrics and /v1/loads)
 and the Streamer that writes every stream's chunks when they are due. A stream whose client went away is aborted;
-what is in flight at SIGTERM is drained (server.py)."""
+what is in flight at SIGTERM is drained (server.py). /metrics has each version's names: v0.5.23 adds the token counts
+of the KV pool (and of the mamba pool on a hybrid model) and startup_time_seconds{phase}."""
 
 import heapq
 import itertools
@@ -82,6 +83,7 @@ class Serving:
         self.next_rank = 0
         self.streamer = Streamer(self.args.stream_interval, self.sim.tick)
         self.wakeup = threading.Event()
+        self.startup_phases = {}  # v0.5.23's startup_time_seconds{phase} (Server.run)
         self.wake_at = 0.0
         threading.Thread(target=self.tick_forever, daemon=True).start()
 
@@ -187,12 +189,27 @@ class Serving:
             gauges.append(("full_token_usage", "The token usage for full attention layers."))
         if hybrid:
             gauges.append(("mamba_usage", "The token usage for Mamba layers."))
+        if self.sim.new:  # token counts (nothing is evictable: the simulator caches no prefix)
+            gauges += [("kv_used_tokens", "The number of used tokens in the KV cache."),
+                       ("kv_available_tokens", "The number of available tokens in the KV cache."),
+                       ("kv_evictable_tokens", "The number of evictable tokens in the KV cache.")]
+            if hybrid:
+                gauges += [("mamba_used_tokens", "The number of used Mamba states."),
+                           ("mamba_available_tokens", "The number of available Mamba states."),
+                           ("mamba_evictable_tokens", "The number of evictable Mamba states.")]
         with self.lock:
             per_rank = []
             now = time.monotonic()
             for dp_rank, rank in enumerate(self.ranks):
                 rank.advance(now)  # requests finished since the last tick count as served
                 values = dict(rank.gauges, max_total_num_tokens=rank.pool_tokens)
+                if self.sim.new:
+                    used = values["num_used_tokens"]
+                    values.update(kv_used_tokens=used, kv_available_tokens=rank.pool_tokens - used)
+                    if hybrid:
+                        mamba_used = round(values["mamba_usage"] * rank.mamba_slots)
+                        values.update(mamba_used_tokens=mamba_used,
+                                      mamba_available_tokens=rank.mamba_slots - mamba_used)
                 rank_labels = dict(labels, dp_rank=str(dp_rank)) if len(self.ranks) > 1 else labels
                 per_rank.append((rank_labels, values))
             stats = self.stats
@@ -208,6 +225,11 @@ class Serving:
                 lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} gauge"]
                 lines += [f"sglang:{name}{render_labels(rank_labels)} {float(values.get(name, 0))}"
                           for rank_labels, values in per_rank]
+            if self.sim.new and self.startup_phases:
+                lines += ["# HELP sglang:startup_time_seconds Time spent in each startup phase, in seconds.",
+                          "# TYPE sglang:startup_time_seconds gauge"]
+                lines += [f"sglang:startup_time_seconds{render_labels(dict(labels, phase=phase))} {float(seconds)}"
+                          for phase, seconds in self.startup_phases.items()]
             for name, help_text, value in counters:
                 lines += [f"# HELP sglang:{name}_total {help_text}", f"# TYPE sglang:{name}_total counter",
                           f"sglang:{name}_total{render_labels(labels)} {float(value)}"]
@@ -221,4 +243,3 @@ class Serving:
                     lines.append(f"sglang:{name}_bucket{render_labels(dict(labels, le=le))} {float(cumulative)}")
                 lines.append(f"sglang:{name}_count{render_labels(labels)} {float(cumulative)}")
         return "\n".join(lines) + "\n"
-

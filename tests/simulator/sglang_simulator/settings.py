@@ -3,9 +3,14 @@ that read them.
 
 Environment:
   GPUOPS_FAKE_GPU_DIR     fake GPU state dir (fakegpu.py init); without it no memory is accounted
-  SGLANG_SIM_LOG_FORMAT   classic (default) | new
-  SGLANG_SIM_TIME_SCALE   multiplies every startup phase duration (default 1: ready in about 3-5 s; 0: at once);
-                          the serving rates below are not scaled
+  SGLANG_SIM_VERSION      the SGLang version simulated: 0.5.9 (the default), 0.5.10 or 0.5.23; a post release
+                          (0.5.10.post1) is its release's behaviour, reported as given. It picks the flag table
+                          (flags.py), the log dialect (0.5.9 and 0.5.10 "classic", 0.5.23 "new"), /ready, the
+                          shutdown after the drain and the metric names. The default stays 0.5.9 until the test
+                          harness tells the collection which version a simulated host runs (a later step).
+  SGLANG_SIM_TIME_SCALE   multiplies every startup phase duration (default 1: ready in about 3-5 s; 0: at once)
+                          and v0.5.23's shutdown waits (15 s, 60 s; whole at 0); the serving rates below are not
+                          scaled
   SGLANG_SIM_DECODE_TOKENS_PER_S   tokens per second each running request generates (default 40)
   SGLANG_SIM_PREFILL_TOKENS_PER_S  prompt tokens per second a rank prefills (default 20000)
   SGLANG_SIM_TICK_S       shortest gap between two chunks of a stream, and the scheduler's tick (decode log
@@ -18,11 +23,21 @@ Environment:
 """
 
 import os
+import re
 import sys
 import time
 
 from .faults import parse_faults
-from .log import VERSIONS
+
+DEFAULT_VERSION = "0.5.9"
+# Each supported release and its log dialect.
+DIALECTS = {"0.5.9": "classic", "0.5.10": "classic", "0.5.23": "new"}
+
+
+def release_of(version):
+    """The supported release a version string is (``0.5.10.post1`` -> ``0.5.10``), or None."""
+    match = re.fullmatch(r"(\d+\.\d+\.\d+)(\.post\d+)?", version or "")
+    return match.group(1) if match and match.group(1) in DIALECTS else None
 
 
 def getenv_float(name, default):
@@ -41,9 +56,12 @@ class Sim:
     """Run-wide settings taken from the environment."""
 
     def __init__(self):
-        self.log_format = os.environ.get("SGLANG_SIM_LOG_FORMAT", "classic")
-        if self.log_format not in VERSIONS:
-            sys.exit(f"SGLANG_SIM_LOG_FORMAT must be classic or new, not {self.log_format!r}")
+        self.version = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
+        self.release = release_of(self.version)
+        if self.release is None:
+            sys.exit(f"SGLANG_SIM_VERSION must be one of {', '.join(DIALECTS)} (or a post release of one), "
+                     f"not {self.version!r}")
+        self.log_format = DIALECTS[self.release]
         self.time_scale = getenv_float("SGLANG_SIM_TIME_SCALE", 1.0)
         self.node_faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT", ""))
         self.fault_delay = getenv_float("SGLANG_SIM_FAULT_DELAY", 2.0)
@@ -55,6 +73,10 @@ class Sim:
         self.tick = getenv_positive("SGLANG_SIM_TICK_S", 0.1)
         self.idle_refresh = getenv_positive("SGLANG_SIM_IDLE_REFRESH_S", 30.0)
 
+    def at_least(self, release):
+        """Whether the simulated release is this one or a later one."""
+        return tuple(map(int, self.release.split("."))) >= tuple(map(int, release.split(".")))
+
     def select_node(self, node_rank):
         """Keep the faults meant for this node (``fault@<node rank>``, or unqualified)."""
         self.faults = {name for name, node in self.node_faults if node in (None, node_rank)}
@@ -65,6 +87,6 @@ class Sim:
             time.sleep(seconds * self.time_scale)
 
     def scaled(self, seconds):
-        """A startup timeout on the simulated clock: scaled like the phases, whole at time scale 0."""
+        """A timeout on the simulated clock (startup, v0.5.23's shutdown): scaled like the phases, whole at time
+        scale 0."""
         return seconds * self.time_scale if self.time_scale > 0 else seconds
-
