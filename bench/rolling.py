@@ -1,9 +1,11 @@
-"""Benchmark: a rolling relaunch of 8 simulated servers behind the real sglang-router, under constant load.
+"""Benchmark: a rolling relaunch of 8 simulated servers behind the real sglang-router or smg, under constant load.
 
-  .venv/bin/python -m bench.rolling [--reps 2] [--clients 16] [--batch-size 2] [--out bench/results]
+  .venv/bin/python -m bench.rolling [--router sglang-router|smg] [--reps 2] [--clients 16] [--batch-size 2]
+                                   [--out bench/results]
 
 The fleet is inventories/local's simulated host (bench's own directory, free ports); the router is the pinned
-sglang-router (python -m sglang_router.launch_router) on loopback with 1 s health checks; ``--clients`` closed-loop
+sglang-router (python -m sglang_router.launch_router, the default) or, with --router smg, the pinned Shepherd Model
+Gateway (python -m smg launch; results then go to <out>/rolling-smg.md and .json) on loopback with 1 s health checks; ``--clients`` closed-loop
 streaming clients send 2.5 s requests through it for the whole run. Each repetition relaunches every server
 (relaunch_state=restarted, relaunch_batch_size) three ways:
 
@@ -38,6 +40,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
 
 ROUTER_FLAGS = ["--policy", "round_robin", "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
                 "--health-failure-threshold", "3", "--health-success-threshold", "2", "--log-level", "warn"]
+# Both wheels install a console script "smg": each router is started by its module.
+ROUTER_COMMANDS = {
+    "sglang-router": ["-m", "sglang_router.launch_router"],
+    "smg": ["-m", "smg", "launch", "--worker-startup-check-interval", "1"],
+}
 MODES = {
     "router": lambda router_url: {"sglang_router_url": router_url},
     "drain only": lambda router_url: {},
@@ -115,9 +122,9 @@ def run_playbook(target, variables, output, playbook="relaunch"):
         return subprocess.run(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
 
 
-def start_router(target, servers, port, log_path):
+def start_router(target, servers, port, log_path, kind="sglang-router"):
     urls = [f"http://127.0.0.1:{target.base_port + index}" for index in range(servers)]
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, *ROUTER_COMMANDS[kind], "--host", "127.0.0.1", "--port", str(port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1), *ROUTER_FLAGS,
             "--worker-urls", *urls]
     with open(log_path, "w") as log:
@@ -153,7 +160,7 @@ def measure(target, mode, router, load, capacity, base_vars, batch_size, output)
 
 
 def markdown(results, args):
-    lines = [f"# Rolling relaunch behind sglang-router ({time.strftime('%Y-%m-%d')})", "",
+    lines = [f"# Rolling relaunch behind {args.router} ({time.strftime('%Y-%m-%d')})", "",
              (f"{SERVERS} simulated servers (time scale {args.time_scale}), {args.clients} streaming clients of "
               f"{TOKENS / 40:.1f} s requests through the real router, relaunch_state=restarted "
               f"relaunch_batch_size={args.batch_size}; {args.reps} repetitions, 2 shared cores."), "",
@@ -169,6 +176,8 @@ def markdown(results, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.rolling", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--router", choices=sorted(ROUTER_COMMANDS), default="sglang-router",
+                        help="the router in front of the fleet (default: sglang-router)")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=2)
@@ -187,7 +196,7 @@ def main(argv=None):
     raw.mkdir(parents=True, exist_ok=True)
     if run_playbook(target, dict(base_vars, relaunch_state="restarted"), raw / "setup.out") != 0:
         raise SystemExit(f"the fleet did not come up: {raw / 'setup.out'}")
-    process, client = start_router(target, SERVERS, args.router_port, raw / "router.log")
+    process, client = start_router(target, SERVERS, args.router_port, raw / "router.log", args.router)
     load, capacity = Load(args.router_port, args.clients), Capacity(client)
     results = []
     try:
@@ -206,8 +215,9 @@ def main(argv=None):
         run_playbook(target, dict(base_vars, relaunch_drain_timeout=0), raw / "teardown.out", playbook="stop")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rolling.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
-    (out / "rolling.md").write_text(markdown(results, args))
+    stem = "rolling" if args.router == "sglang-router" else f"rolling-{args.router}"
+    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    (out / f"{stem}.md").write_text(markdown(results, args))
     print(markdown(results, args))
 
 

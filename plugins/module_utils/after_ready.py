@@ -30,6 +30,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
     RouterError,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
     normalize_url,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (

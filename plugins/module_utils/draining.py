@@ -18,6 +18,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.in_flight import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
     RouterClient,
     RouterError,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
     check_url,
 )
 

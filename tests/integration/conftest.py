@@ -456,18 +456,26 @@ def sim_host(tmp_path, fake_gpus, test_token, model_dir):
     return SimHost(tmp_path, fake_gpus, test_token, model_dir)
 
 
-# The real sglang-router 0.3.2 (tests/integration/test_router.py, test_rolling_relaunch.py). Short health checks so a
-# draining server is judged within seconds; round_robin so every server gets requests (cache_aware sent everything
-# to one of two idle servers when the reference was written).
+# The real routers (tests/integration/test_router.py, test_rolling_relaunch.py): sglang-router 0.3.2 and smg 1.13.0, both
+# pinned in requirements/. Both wheels install a console script "smg" (the last installed wins), so each is started
+# by its module: 0.3.2 as "python -m sglang_router.launch_router", smg as "python -m smg launch". Short health checks
+# so a draining server is judged within seconds; round_robin so every server gets requests (cache_aware sent
+# everything to one of two idle servers when the reference was written).
 ROUTER_FLAGS = ["--policy", "round_robin", "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
                 "--health-failure-threshold", "3", "--health-success-threshold", "2",
                 "--worker-startup-timeout-secs", "5", "--log-level", "info"]
+ROUTER_COMMANDS = {
+    "sglang-router": ["-m", "sglang_router.launch_router"],
+    # smg probes a worker that does not answer yet every 30 s by default: every second, like 0.3.2's backoff.
+    "smg": ["-m", "smg", "launch", "--worker-startup-check-interval", "1"],
+}
+ROUTER_MODULES = {"sglang-router": "sglang_router", "smg": "smg"}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class Router:
-    def __init__(self, process, url, log_path):
-        self.process, self.url, self.log_path = process, url, log_path
+    def __init__(self, process, url, log_path, kind):
+        self.process, self.url, self.log_path, self.kind = process, url, log_path, kind
 
     def log(self):
         with open(self.log_path, errors="replace") as handle:
@@ -487,20 +495,31 @@ def http_status(port, path, timeout=5):
         connection.close()
 
 
+@pytest.fixture(params=sorted(ROUTER_COMMANDS))
+def router_kind(request):
+    """Which real router a test runs against: every router test runs against both (skipped where not installed)."""
+    pytest.importorskip(ROUTER_MODULES[request.param], reason=f"{request.param} is not installed (requirements/"
+                        "requirements.txt pins sglang-router==0.3.2 and smg==1.13.0; run make, or pip install them)")
+    return request.param
+
+
 @pytest.fixture
-def start_router(tmp_path, test_token, wait_until):
-    """``start_router(*worker_urls, extra=())``: the real router on loopback, answering; a Router."""
+def start_router(tmp_path, test_token, wait_until, router_kind):
+    """``start_router(*worker_urls, extra=())``: the real router of ``router_kind`` on loopback, answering; a Router.
+
+    Its HTTP and Prometheus ports are free ports of this pytest process (both routers bind 29000 on 0.0.0.0 for
+    Prometheus unless told otherwise); its log is in the test's own directory."""
     def start(*worker_urls, extra=()):
         port = free_port_block(2)
         log_path = tmp_path / f"router-{port}.log"
-        argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+        argv = [PYTHON, *ROUTER_COMMANDS[router_kind], "--host", "127.0.0.1", "--port", str(port),
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1), *ROUTER_FLAGS, *extra]
         if worker_urls:
             argv += ["--worker-urls", *worker_urls]
         env = dict(os.environ, GPUOPS_TEST_TOKEN=test_token, SPT_NOENV="1")
         with open(log_path, "w") as log:
             process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        router = Router(process, f"http://127.0.0.1:{port}", log_path)
+        router = Router(process, f"http://127.0.0.1:{port}", log_path, router_kind)
         wait_until(lambda: process.poll() is not None or http_status(port, "/liveness")[0] == 200, timeout=20,
                    what="the router answering /liveness")
         assert process.poll() is None, f"the router exited with {process.returncode}:\n{router.log()[-3000:]}"

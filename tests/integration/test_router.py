@@ -1,9 +1,10 @@
-"""The router client against the REAL sglang-router 0.3.2 in front of simulated SGLang servers, on loopback.
+"""The router client against the REAL routers - sglang-router 0.3.2 and smg 1.13.0, each test once per router (the
+``router_kind`` fixture) - in front of simulated SGLang servers, on loopback.
 
-Each test starts the router (``python -m sglang_router.launch_router``, its HTTP and Prometheus ports
-explicit) and simulated servers (tests/simulator/sglang_sim.py through make_server's launch scripts). All of
+Each test starts the router (``python -m sglang_router.launch_router`` or ``python -m smg launch``, its HTTP and
+Prometheus ports explicit) and simulated servers (tests/simulator/sglang_sim.py through make_server's launch scripts). All of
 them carry the test's GPUOPS_TEST_TOKEN and are killed when the test ends; the router also gets SPT_NOENV=1,
-without which its setproctitle("sglang::router") wipes /proc/<pid>/environ, and the token with it.
+without which its setproctitle("sglang::router", "smg::router") wipes /proc/<pid>/environ, and the token with it.
 
 Requests are counted per server from the simulator's access lines: a stream's line is written when its
 answer starts, so a count is taken as soon as the requests are under way.
@@ -19,15 +20,15 @@ import time
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
-    HEALTHY,
     RouterClient,
     RouterError,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
+    DRAINING,
+    HEALTHY,
+)
 
 from .conftest import free_port_block, http_status
-
-pytest.importorskip("sglang_router", reason="sglang-router is not installed (requirements/requirements.txt pins "
-                                            "sglang-router==0.3.2; run make, or pip install it into .venv)")
 
 DECODE_RATE = 40  # tokens/s per request: a 100-token stream lasts 2.5 s
 ROUTES = ("/generate", "/v1/completions")
@@ -49,12 +50,13 @@ class Server:
         return len(ACCESS_LINE.findall(self.log()))
 
 
-def stream(port, route, tokens, outcomes, api_key=None):
+def stream(port, route, tokens, outcomes, api_key=None, model="default"):
     """One streaming request; appends (status, ended with [DONE], route) to ``outcomes``."""
     if route == "/generate":
         body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": tokens}, "stream": True}
-    else:  # the router rejects an OpenAI request without "model" (422), whatever the server would do
-        body = {"model": "default", "prompt": "The capital of France is", "max_tokens": tokens, "stream": True}
+    else:  # sglang-router rejects an OpenAI request without "model" (422) and serves any value; smg routes by it:
+        # 404 model_not_found unless it names a served model (the simulator serves its model path).
+        body = {"model": model, "prompt": "The capital of France is", "max_tokens": tokens, "stream": True}
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -70,10 +72,10 @@ def stream(port, route, tokens, outcomes, api_key=None):
         connection.close()
 
 
-def streams(port, count, tokens, api_key=None):
+def streams(port, count, tokens, model, api_key=None):
     """Start ``count`` streams, alternating /generate and /v1/completions; returns (threads, outcomes)."""
     outcomes = []
-    threads = [threading.Thread(target=stream, args=(port, ROUTES[i % 2], tokens, outcomes, api_key))
+    threads = [threading.Thread(target=stream, args=(port, ROUTES[i % 2], tokens, outcomes, api_key, model))
                for i in range(count)]
     for thread in threads:
         thread.start()
@@ -123,6 +125,25 @@ def port_of(url):
     return int(url.rsplit(":", 1)[1])
 
 
+def out_of_rotation(router, client, url):
+    """The router routes nothing new to ``url``: 0.3.2 lists it no more, smg lists it draining (or no more)."""
+    states = [worker.state for worker in client.find(url)]
+    return states == [] if router.kind == "sglang-router" else set(states) <= {DRAINING}
+
+
+def reached_through_router(router, server, servers):
+    """Tiny requests through the router (round_robin) until one reached ``server`` (its access log counts it), at
+    most one round over ``servers``: a worker listed ready is back in rotation only once this is true."""
+    before = server.requests_served()
+    for _ in range(len(servers) + 1):
+        outcomes = []
+        stream(port_of(router.url), "/generate", 1, outcomes)
+        assert outcomes[0][:2] == (200, True), outcomes
+        if server.requests_served() > before:
+            return True
+    return False
+
+
 def test_worker_api_list_add_remove_and_re_add(start_servers, start_router, wait_until):
     a, b, c = start_servers(3)
     router = start_router(a.url, b.url)
@@ -140,23 +161,34 @@ def test_worker_api_list_add_remove_and_re_add(start_servers, start_router, wait
     assert client.is_healthy(c.url)
     assert [worker.id for worker in client.find(c.url + "/")] == [worker_id], "any spelling finds it"
 
+    assert reached_through_router(router, c, [a, b, c]), "listed healthy, and a request through the router reached it"
+
     removed = client.remove(c.url)
     assert [worker.id for worker in removed] == [worker_id]
-    assert client.find(c.url) == [] and client.worker(worker_id) is None
-    assert client.remove(c.url) == [], "removing what is not registered does nothing"
+    assert out_of_rotation(router, client, c.url)
+    if router.kind == "smg":  # listed draining for its settle time (5 s), then dropped
+        assert [worker.state for worker in client.find(c.url)] == [DRAINING]
+        assert client.worker(worker_id).state == DRAINING
+    else:
+        assert client.worker(worker_id) is None
+    assert client.remove(c.url) == [], "removing what is not registered (or drains already) does nothing"
 
+    # smg answers 409 while it drains: the add waits until the gateway dropped it, then adds.
     readded = client.register(c.url, timeout=10)
     assert readded.state == HEALTHY and readded.id != worker_id, "a re-added worker gets a new id"
+    assert client.worker(worker_id) is None
+    assert reached_through_router(router, c, [a, b, c])
     # Last, because sglang-router 0.3.2 runs a job for this add too, unlisted: a DELETE within ~0.1 s of it
     # is undone by the job, which registers the URL again under a new id.
+    # smg answers 409 (WORKER_ALREADY_EXISTS) to it: the client takes the listed id.
     assert client.add(c.url) == readded.id, "adding a registered URL answers with its id"
     assert client.worker(readded.id).state == HEALTHY, "... and leaves it registered and healthy"
     assert sorted(wait_listed(client, wait_until, [a.url, b.url, c.url])) == sorted([a.url, b.url, c.url])
 
-    # Its registrations probed each server with HTTP/2 (gRPC detection) too: the simulator answers as uvicorn.
     for server in (a, b, c):
         assert "Traceback" not in server.log(), server.log()[-2000:]
-        assert '"PRI %2A HTTP/2.0" 404' in server.log()
+        if router.kind == "sglang-router":  # its registrations probed each server with HTTP/2 (gRPC detection) too
+            assert '"PRI %2A HTTP/2.0" 404' in server.log()
 
 
 def test_failures_are_router_errors_naming_router_call_and_cause(start_servers, start_router):
@@ -168,8 +200,11 @@ def test_failures_are_router_errors_naming_router_call_and_cause(start_servers, 
     with pytest.raises(RouterError) as caught:
         client.register(nothing_there, timeout=15)
     assert caught.value.call.startswith("waiting for worker ")
-    assert caught.value.cause.startswith(f"the router could not add {nothing_there}: Workflow failed at step "
-                                         "detect_connection_mode")
+    if router.kind == "smg":  # a failed add's id is dropped: no failed job to read
+        assert caught.value.cause.startswith("the router no longer knows this id (its add failed")
+    else:
+        assert caught.value.cause.startswith(f"the router could not add {nothing_there}: Workflow failed at step "
+                                             "detect_connection_mode")
 
     with pytest.raises(RouterError, match=r"still pending after 0\.5 s"):
         client.register(f"http://127.0.0.1:{free_port_block(1)}", timeout=0.5)
@@ -179,7 +214,7 @@ def test_failures_are_router_errors_naming_router_call_and_cause(start_servers, 
         not_a_router.check()
 
 
-def test_removed_server_finishes_its_requests_and_gets_no_new_ones(start_servers, start_router, wait_until):
+def test_removed_server_finishes_its_requests_and_gets_no_new_ones(start_servers, start_router, wait_until, model_dir):
     servers = start_servers(3)
     router = start_router(*(server.url for server in servers))
     client = RouterClient(router.url, timeout=5)
@@ -188,12 +223,12 @@ def test_removed_server_finishes_its_requests_and_gets_no_new_ones(start_servers
     leaving = servers[1]
     before = {server.name: server.requests_served() for server in servers}
 
-    threads, in_flight = streams(router_port, 6, tokens=100)  # 2.5 s each, two per server
+    threads, in_flight = streams(router_port, 6, 100, model_dir)  # 2.5 s each, two per server
     wait_until(lambda: all(server.requests_served() - before[server.name] == 2 for server in servers), timeout=10,
                what="two streams under way on every server")
     assert client.remove(leaving.url)
     served_by_leaving = leaving.requests_served()
-    after_removal = finish(*streams(router_port, 6, tokens=4))
+    after_removal = finish(*streams(router_port, 6, 4, model_dir))
 
     assert sorted(finish(threads, in_flight)) == sorted((200, True, route) for route in ROUTES * 3), in_flight
     assert all(outcome[:2] == (200, True) for outcome in after_removal), after_removal
@@ -243,10 +278,10 @@ def test_draining_server_gets_requests_until_its_health_checks_fail(start_server
     wait_until(lambda: draining.process.poll() is not None, timeout=10, what="the drained server exiting")
     assert "Remaining number of requests 0" in draining.log()
     assert [worker.state for worker in client.find(draining.url)] == ["unhealthy"]
-    assert client.remove(draining.url) and client.find(draining.url) == []
+    assert client.remove(draining.url) and out_of_rotation(router, client, draining.url)
 
 
-def test_router_api_key(start_servers, start_router, wait_until):
+def test_router_api_key(start_servers, start_router, wait_until, model_dir):
     (server,) = start_servers(1)
     router = start_router(server.url, extra=["--api-key", "router-s3cret"])
 
@@ -258,8 +293,8 @@ def test_router_api_key(start_servers, start_router, wait_until):
 
     client = RouterClient(router.url, api_key="router-s3cret")
     wait_listed(client, wait_until, [server.url])
-    outcomes = finish(*streams(port_of(router.url), 2, tokens=4, api_key="router-s3cret"))
+    outcomes = finish(*streams(port_of(router.url), 2, 4, model_dir, api_key="router-s3cret"))
     assert [outcome[:2] for outcome in outcomes] == [(200, True)] * 2
-    assert [outcome[0] for outcome in finish(*streams(port_of(router.url), 1, tokens=4))] == [401]
-    assert client.remove(server.url) and client.find(server.url) == []
+    assert [outcome[0] for outcome in finish(*streams(port_of(router.url), 1, 4, model_dir))] == [401]
+    assert client.remove(server.url) and out_of_rotation(router, client, server.url)
     assert client.register(server.url, timeout=10).state == HEALTHY

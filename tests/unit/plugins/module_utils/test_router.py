@@ -1,4 +1,5 @@
-"""The router client's parsers on answers captured from the real sglang-router 0.3.2 (tests/unit/fixtures/router)."""
+"""The router client's parsers on answers captured from the real sglang-router 0.3.2 (tests/unit/fixtures/router) and
+the real smg 1.13.0 (tests/unit/fixtures/router_smg)."""
 
 import json
 import re
@@ -7,28 +8,39 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.router import (
+    RouterClient,
+    RouterError,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
+    ALREADY_EXISTS,
+    CREATE_IN_PROGRESS,
+    DRAINING,
     FAILED,
     HEALTHY,
     PENDING,
     UNHEALTHY,
     UNKNOWN,
-    RouterClient,
-    RouterError,
     UnexpectedAnswer,
     check_url,
     failure_cause,
     normalize_url,
     parse_accepted,
+    parse_conflict,
     parse_worker,
     parse_workers,
 )
 
 FIXTURES = Path(__file__).resolve().parents[3] / "unit" / "fixtures" / "router"
+SMG = FIXTURES.parent / "router_smg"
 ERRORS = json.loads((FIXTURES / "error_answers.json").read_text())
 
 
-def answer(name):
-    return json.loads((FIXTURES / name).read_text())
+def answer(name, fixtures=FIXTURES):
+    return json.loads((fixtures / name).read_text())
+
+
+def smg(name):
+    return answer(name, SMG)
 
 
 def test_worker_list_with_one_worker_down():
@@ -179,3 +191,66 @@ def test_a_router_that_accepts_the_connection_but_never_answers():
 
         with pytest.raises(RouterError, match=r"listing workers \(GET /workers\): no answer within 0\.3 s$"):
             client.workers()
+
+
+# --- smg 1.13.0 (tests/unit/fixtures/router_smg/README.md) ---------------------------------------------------------
+
+
+def test_smg_add_pending_then_ready():
+    pending = parse_worker(smg("worker_add_pending.json"))
+    ready = parse_worker(smg("worker_ready.json"))
+
+    # smg's placeholder says connection_mode "http" (0.3.2's: "unknown"): its status says it is not registered.
+    assert (pending.status, pending.state, pending.registered) == ("pending", PENDING, False)
+    assert (ready.status, ready.state, ready.registered, ready.model_id) == ("ready", HEALTHY, True, "/tmp/smgx/model")
+    assert pending.id == parse_accepted(smg("add_accepted.json"))
+
+
+def test_smg_removal_drains_and_a_dead_worker_is_not_ready():
+    draining = parse_worker(smg("worker_draining.json"))
+    listed = {worker.url: worker for worker in parse_workers(smg("workers_one_down.json"))}
+
+    assert (draining.state, draining.healthy, draining.job_type) == (DRAINING, False, "RemoveWorker")
+    assert draining.id == parse_accepted(smg("delete_accepted.json"))
+    assert [worker.state for worker in parse_workers(smg("workers_draining.json"))] == [HEALTHY, HEALTHY, DRAINING]
+    assert listed["http://127.0.0.1:41102"].status == "notready"  # SIGKILLed: "not_ready", listed until removed
+    assert listed["http://127.0.0.1:41102"].state == UNHEALTHY
+    assert listed["http://127.0.0.1:41101"].state == HEALTHY
+
+
+@pytest.mark.parametrize("document", [
+    {"id": "x", "url": "http://h:1", "is_healthy": True, "status": "not_ready"},  # healthy flag, status says no
+    {"id": "x", "url": "http://h:1", "is_healthy": True, "status": "NotReady"},
+])
+def test_smg_ready_needs_both_status_and_health(document):
+    assert parse_worker(document).state == UNHEALTHY
+
+
+def test_smg_failed_worker_status():
+    assert parse_worker({"id": "x", "url": "http://h:1", "is_healthy": False, "status": "Failed"}).state == FAILED
+
+
+@pytest.mark.parametrize(("name", "code", "worker_id"), [
+    ("conflict_registered.json", ALREADY_EXISTS, "01a2394d-1a40-76f5-a6aa-f16d426487f6"),
+    ("conflict_draining.json", ALREADY_EXISTS, "01a2394d-1cc2-7034-af6b-d31cc7fd09f9"),
+    ("conflict_in_progress.json", CREATE_IN_PROGRESS, "01a23950-5298-74f3-82bd-867afd711dcc"),
+])
+def test_smg_conflicts(name, code, worker_id):
+    assert parse_conflict((SMG / name).read_text()) == (code, worker_id)
+
+
+@pytest.mark.parametrize("body", ["", "conflict", '{"error": "x", "code": "OTHER"}'])
+def test_not_a_conflict(body):
+    with pytest.raises(UnexpectedAnswer, match="409"):
+        parse_conflict(body)
+
+
+def test_smg_error_answers():
+    error = smg("error_answers.json")["missing_url"]
+
+    assert failure_cause(error["status"], error["body"], False).startswith(
+        "HTTP 400: Invalid JSON data: Failed to deserialize the JSON body into the target type: missing field `url`")
+    assert failure_cause(404, (SMG / "worker_not_found.json").read_text(), False) == (
+        "HTTP 404: Worker 01a2394d-1cc2-7034-af6b-d31cc7fd09f9 not found")
+    assert failure_cause(400, (SMG / "worker_bad_id.json").read_text(), False).startswith(
+        "HTTP 400: Invalid worker_id 'http://127.0.0.1:41101' (expected UUID)")
