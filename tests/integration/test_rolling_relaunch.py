@@ -168,8 +168,8 @@ def test_rolling_relaunch_behind_the_router_fails_no_request(fleet, wait_until):
     assert draining, "the drain is visible in the progress lines"
 
 
-def test_the_same_relaunch_without_the_router_integration_fails_requests(sim_host, start_router, router_kind,
-                                                                        wait_until):
+def test_the_same_relaunch_without_the_router_integration_fails_requests(
+        sim_host, start_router, router_kind, wait_until):
     # smg retries a request whose worker died on another worker: with its retries on, this load of short requests
     # saw no failure at all (795 requests, 0 failed). The control measures what killing routed servers does to the
     # requests on them, so smg runs without its retries here; 0.3.2 runs as everywhere else.
