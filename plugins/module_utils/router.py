@@ -148,7 +148,9 @@ class RouterClient:
                 time.sleep(POLL_INTERVAL)
                 continue
             # Registered (wait_healthy checks that it is ready), or an add job of the URL already running.
-            return exact[0] if exact else worker_id
+            if exact or worker_id:
+                return exact[0] if exact else worker_id
+            raise RouterError(self.url, call, f"HTTP 409 {code} naming no worker id, and none listed for {url}", 409)
 
     def wait_healthy(self, worker_id, timeout):
         """Follow an add job until the worker is registered and healthy (smg: ``ready``); returns it.

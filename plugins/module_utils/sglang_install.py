@@ -9,6 +9,8 @@ run). The answer for each interpreter is ``{"interpreter", "version", "location"
 """
 
 import json
+import os
+import re
 import shutil
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command import (
@@ -18,9 +20,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command impo
 )
 
 READ_TIMEOUT_SECONDS = 20
-# Runs in the server's interpreter: any Python >= 3.8 (importlib.metadata).
+# Runs in the server's interpreter: any Python >= 3.8 (importlib.metadata). "python -c" puts the working directory
+# first on sys.path: left out, so that a sglang*.dist-info lying there is not taken for the installed one.
 _READER = """
-import json
+import json, sys
+sys.path = [entry for entry in sys.path if entry not in ("", ".")]
 from importlib import metadata
 try:
     dist = metadata.distribution("sglang")
@@ -31,17 +35,45 @@ else:
 """
 
 
+_PYTHON = re.compile(r"python[\d.]*$")
+
+
+def _python_of(path):
+    """``path`` when it is a Python; the Python of its shebang when it is a script (``sglang``'s console script);
+    else None - a word that is no Python (``env``, ``numactl``, a wrapper) is never run with our code."""
+    if _PYTHON.match(os.path.basename(path)):
+        return path
+    try:
+        with open(path, "rb") as script:
+            first = script.readline(256).decode("utf-8", "replace")
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        words = [shutil.which(words[1]) or words[1]]
+    return words[0] if words and _PYTHON.match(os.path.basename(words[0])) else None
+
+
 def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
-    """What ``interpreter`` (a path or a name on PATH) has installed of sglang."""
+    """What ``interpreter`` (a path or a name on this module's PATH: the launch script's own environment may
+    differ) has installed of sglang."""
     found = {"interpreter": interpreter, "version": None}
     path = shutil.which(interpreter)
     if path is None:
         return dict(found, problem=f"{interpreter} (the server command's interpreter) is not found on this host")
+    python = _python_of(path)
+    if python is None:
+        return dict(found, problem=f"{interpreter} is not a Python interpreter or a Python script: the SGLang version "
+                                   "it runs cannot be read; set sglang_version")
     try:
-        # -I would drop PYTHONPATH and the user site, which the server itself may rely on; only the cwd is kept out.
-        rc, stdout, stderr = run([path, "-c", _READER], timeout)
-    except (CommandNotRun, CommandTimedOut) as exc:
-        return dict(found, problem=f"cannot read the SGLang version with {interpreter}: {exc}")
+        # -I would drop PYTHONPATH and the user site, which the server itself may rely on.
+        rc, stdout, stderr = run([python, "-c", _READER], timeout)
+    except CommandTimedOut:
+        return dict(found, problem=f"cannot read the SGLang version with {interpreter}: it did not answer within "
+                                   f"{timeout:g} s")
+    except CommandNotRun as exc:
+        cause = getattr(exc.__context__, "strerror", None) or "it could not be run"
+        return dict(found, problem=f"cannot read the SGLang version with {interpreter}: {cause}")
     try:
         answer = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else None
     except (ValueError, IndexError):

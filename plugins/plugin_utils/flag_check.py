@@ -94,10 +94,17 @@ def _split(flags):
     """[(option as written, [values])] from argv-style flags; values hidden behind ``=`` count as one."""
     split, current = [], None
     for token in flags:
-        if token.startswith("--") and len(token) > 2:
+        if " " in token and token.startswith("-"):
+            # argparse takes a word with a space for a value, never for an option ("--port 1" as an API key).
+            if current is None:
+                split.append((token, []))
+            else:
+                current[1].append(token)
+        elif token.startswith("--") and len(token) > 2:
             name, equals, value = token.partition("=")
-            current = (name, [value] if equals else [])
-            split.append(current)
+            split.append((name, [value] if equals else []))
+            # argparse takes the value after "=" alone: a word after it is left over, as a positional.
+            current = None if equals else split[-1]
         elif current is None or _LOOKS_LIKE_FLAG.match(token):
             split.append((token, []))
             current = None
@@ -110,9 +117,16 @@ def check_flags(flags, version):
     """(problems, warnings) of ``flags`` (argv after the command) for SGLang ``version`` (a table key)."""
     options = _tables()[version]
     problems, warnings = [], []
+    after_credential = False
     for given, values in _split(flags):
+        # A word right after a credential flag is its value gone astray (a key that starts with "-"): never shown.
+        shown_as = REDACTED if after_credential else None
+        after_credential = not shown_as and given.startswith("--") and credential_name(given) and not values
         if not given.startswith("--"):
-            problems.append(f"{given!r} is not an option (SGLang takes no positional arguments)")
+            problems.append(f"{shown_as or repr(given)} is not an option (SGLang takes no positional arguments)")
+            continue
+        if shown_as:
+            problems.append(f"SGLang {version}: the value of the credential flag before it looks like an option")
             continue
         option, problem = _resolve(options, given)
         if problem:

@@ -141,6 +141,9 @@ def api_key_problem(api_key):
     if not str(api_key).strip():
         return ("sglang_api_key is empty or only whitespace; set the key, or leave sglang_api_key unset (null) "
                 "for servers without authentication")
+    if str(api_key).startswith("-") and " " not in str(api_key):  # argparse takes a word with a space for a value
+        return ("sglang_api_key starts with '-': SGLang's parser would take it for an option (--api-key would have no "
+                "value); use a key that starts with a letter or digit")
     if any(ord(character) < 32 or ord(character) == 127 for character in str(api_key)):
         return ("sglang_api_key contains a newline or another control character: no HTTP client can send it in "
                 "the Authorization header (SGLang's own warm-up request fails); use printable characters only")
@@ -349,6 +352,11 @@ def launch_check(servers, settings):
             problems.append(str(exc))
             continue
         version = _render_version(merged, command[0])
+        if not version and installed is None:
+            # Check mode holds nothing, so nothing asked the host which SGLang it has.
+            notes.append(f"the SGLang of {command[0]} on the host was not read (check mode does not hold the host) "
+                         "and sglang_version is unset: the flags are rendered for no particular version and not "
+                         "checked; a real run reads it and may render or refuse otherwise")
         if not version or not _checks_flags(merged):
             continue
         table = flag_check.table_version(version)

@@ -29,13 +29,29 @@ def test_an_interpreter_without_sglang_says_so_in_one_sentence(monkeypatch):
 
 
 def test_a_missing_or_foreign_or_hung_interpreter_is_said_not_guessed(tmp_path):
-    hung = tmp_path / "hung-python"
+    hung = tmp_path / "bin" / "python3"
+    hung.parent.mkdir()
     hung.write_text("#!/bin/sh\nexec sleep 30\n")
     hung.chmod(0o755)
     found = installed_sglang_of(["no-such-python-here", "/bin/true", str(hung), "/bin/true"], timeout=0.5)
     assert [entry["interpreter"] for entry in found] == ["no-such-python-here", "/bin/true", str(hung)]
     assert all(entry["version"] is None for entry in found)
     assert found[0]["problem"] == "no-such-python-here (the server command's interpreter) is not found on this host"
-    assert found[1]["problem"].startswith("cannot read the SGLang version with /bin/true (is it a Python >= 3.8?)")
-    assert found[2]["problem"].startswith(f"cannot read the SGLang version with {hung}: ")
-    assert "did not answer within 0.5 s" in found[2]["problem"]
+    # A word that is no Python is never run with the reader.
+    assert found[1]["problem"] == ("/bin/true is not a Python interpreter or a Python script: the SGLang version it "
+                                   "runs cannot be read; set sglang_version")
+    assert found[2]["problem"] == f"cannot read the SGLang version with {hung}: it did not answer within 0.5 s"
+
+
+def test_a_console_script_is_read_through_the_python_of_its_shebang(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(site_with_sglang(tmp_path, "0.5.23")))
+    script = tmp_path / "sglang"
+    script.write_text(f"#!{sys.executable}\nimport sys\n")
+    script.chmod(0o755)
+    assert installed_sglang(str(script))["version"] == "0.5.23"
+
+
+def test_a_dist_info_in_the_working_directory_is_not_the_installed_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(site_with_sglang(tmp_path, "9.9.9"))
+    assert installed_sglang(sys.executable)["version"] is None

@@ -85,3 +85,15 @@ def test_a_retired_flag_is_refused_with_the_parser_words(monkeypatch):
 def test_a_credential_is_never_repeated_in_a_problem():
     problems, _warnings = flag_check.check_flags(["--api-key", "sk-secret", "sk-other"], "0.5.23")
     assert problems and "sk-" not in " ".join(problems)
+
+
+@pytest.mark.parametrize("key", ["-Xsecret", "--Xsecret"])
+def test_a_key_that_looks_like_an_option_is_refused_without_being_shown(key):
+    problems, _warnings = flag_check.check_flags(["--api-key", key, "--port", "1"], "0.5.23")
+    assert problems[0] == "SGLang 0.5.23: --api-key needs a value"
+    assert len(problems) == 2 and "secret" not in " ".join(problems)
+
+
+def test_a_word_after_a_value_given_with_equals_is_left_over_as_argparse_leaves_it():
+    problems, _warnings = flag_check.check_flags(["--cuda-graph-bs-decode=1", "2"], "0.5.23")
+    assert problems == ["'2' is not an option (SGLang takes no positional arguments)"]

@@ -21,6 +21,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
     api_key_problem,
     cache_dirs,
     launch_argv,
+    launch_check,
     launch_credentials,
     launch_env,
     local_model_paths,
@@ -193,6 +194,12 @@ def test_an_api_key_no_http_client_could_send_is_refused_without_showing_it(api_
     assert api_key not in str(refused.value)
 
 
+def test_an_api_key_sglang_would_take_for_an_option_is_refused_without_showing_it():
+    with pytest.raises(LaunchScriptError, match="sglang_api_key starts with '-'") as refused:
+        launch_argv(SERVER, dict(SETTINGS, api_key="-Xsecretkey123"))
+    assert "Xsecretkey123" not in str(refused.value)
+
+
 @pytest.mark.parametrize("character, refused", [
     ("\x00", True), ("\x1f", True), (" ", False), ("~", False), ("\x7f", True),
 ], ids=["NUL", "US (31)", "space (32)", "tilde (126)", "DEL (127)"])
@@ -266,3 +273,12 @@ def test_local_model_paths_skip_hub_ids_and_include_drafts():
 def test_parse_version():
     assert parse_version("0.5.9.post2") == (0, 5, 9) and parse_version("0.5") == (0, 5, 0)
     assert parse_version(None) is None
+
+
+def test_a_render_without_the_host_sglang_says_what_it_did_not_check():
+    notes = launch_check([SERVER], dict(SETTINGS, version=None, installed_sglang=[]))["notes"]
+    assert notes == [("the SGLang of python3 on the host was not read (check mode does not hold the host) and "
+                      "sglang_version is unset: the flags are rendered for no particular version and not checked; a "
+                      "real run reads it and may render or refuse otherwise")]
+    installed = [{"interpreter": "python3", "version": "0.5.23"}]
+    assert launch_check([SERVER], dict(SETTINGS, version=None, installed_sglang=installed))["notes"] == []
