@@ -113,6 +113,11 @@ def test_an_unterminated_literal_is_hidden_to_the_end_of_its_line():
     assert scrub_text("api_key='abc\nnext line") == f"api_key='{REDACTED}'\nnext line"
 
 
+# Tells linear from catastrophic, never measures speed: a pattern that backtracks quadratically over a 1 MB line
+# takes hours, a linear scrub well under a second - and a 2-core machine running the whole suite once took 2.1 s.
+LINEAR_BOUND_SECONDS = 30
+
+
 @pytest.mark.parametrize("line", [
     "x" * 1_000_000,
     "api_key='" * 100_000,
@@ -124,7 +129,7 @@ def test_an_unterminated_literal_is_hidden_to_the_end_of_its_line():
 def test_a_one_megabyte_line_is_scrubbed_in_linear_time(line):
     started = time.monotonic()
     scrub_text(line, ["secret"])
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < LINEAR_BOUND_SECONDS
 
 
 # ---- credentials besides the API key: one rule for environment variables, flags and extra args ------------------
@@ -244,4 +249,4 @@ def test_credentials_named_in_settings_are_found_everywhere():
 def test_a_one_megabyte_line_of_credential_names_is_scrubbed_in_linear_time(line):
     started = time.monotonic()
     scrub_text(line)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < LINEAR_BOUND_SECONDS
