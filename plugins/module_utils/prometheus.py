@@ -20,8 +20,8 @@ _ESCAPE = re.compile(r"\\(.)")
 # since the previous log, because decode ran out of KV; full_token_usage (v0.5.10+): the full-attention KV
 # pool alone, where token_usage may be the fullest of several pools (capacity_rules.kv_usage). v0.5.23 also counts
 # each pool's token slots: used by running requests, evictable (radix-cached) and free.
-POOL_TOKEN_GAUGES = tuple(f"{pool}_{kind}_tokens" for pool in ("kv", "mamba") for kind in ("used", "evictable",
-                                                                                            "available"))
+POOL_TOKEN_GAUGES = tuple(f"{pool}_{kind}_tokens" for pool in ("kv", "mamba")
+                          for kind in ("used", "evictable", "available"))
 SUMMED_GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput", "max_total_num_tokens",
                  "num_retracted_reqs") + POOL_TOKEN_GAUGES
 RATIO_GAUGES = ("token_usage", "full_token_usage", "mamba_usage", "cache_hit_rate")

@@ -135,7 +135,7 @@ def reached_through_router(router, server, servers):
     """Tiny requests through the router (round_robin) until one reached ``server`` (its access log counts it), at
     most one round over ``servers``: a worker listed ready is back in rotation only once this is true."""
     before = server.requests_served()
-    for _ in range(len(servers) + 1):
+    for _attempt in range(len(servers) + 1):
         outcomes = []
         stream(port_of(router.url), "/generate", 1, outcomes)
         assert outcomes[0][:2] == (200, True), outcomes
