@@ -318,10 +318,11 @@ def test_a_full_disk_fails_naming_the_path_and_enospc_before_any_server_is_stopp
 def test_an_interrupted_wait_leaves_the_servers_starting_and_the_next_relaunch_is_a_no_op(
         sim_host, wait_until):
     servers = sim_servers(sim_host, 2)
-    # Startups of about half a minute: the controller reaches the wait and reports progress well before the servers
-    # are ready, however busy this machine is (the test interrupts the wait, not a finished run).
+    # The servers load no weights until the gate exists: the controller reaches the wait and reports progress before
+    # they are ready, however busy this machine is (the test interrupts the wait, not a finished run).
+    gate = sim_host.dir / "weights-arrived"
     variables = {"sglang_servers": servers,
-                 "sglang_env": dict(sim_host.host_vars["sglang_env"], SGLANG_SIM_TIME_SCALE="3")}
+                 "sglang_env": dict(sim_host.host_vars["sglang_env"], SGLANG_SIM_WEIGHTS_GATE=str(gate))}
     extra = sim_host.dir / "extra-interrupted.json"
     extra.write_text(json.dumps(variables))
     argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(sim_host.inventory), "-e", f"@{extra}",
@@ -332,9 +333,9 @@ def test_an_interrupted_wait_leaves_the_servers_starting_and_the_next_relaunch_i
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)
     reader.start()
-    waiting = re.compile(r"^simhost: [01]/2 ready\b")
+    waiting = re.compile(r"^simhost: 0/2 ready\b")
     try:
-        wait_until(lambda: any(waiting.match(line) for line in list(lines)), timeout=120,
+        wait_until(lambda: any(waiting.match(line) for line in list(lines)), timeout=300,
                    what="the wait to report progress")
         lease = read_json(sim_host.dir / "state" / "run.json")
         # The operator's Ctrl-C (or a dropped connection): the whole ansible-playbook process tree dies.
@@ -346,6 +347,7 @@ def test_an_interrupted_wait_leaves_the_servers_starting_and_the_next_relaunch_i
         if run.poll() is None:
             run.kill()
             run.wait()
+    gate.touch()  # the startups go on, on their own
     pids = {server["name"]: state_pid(sim_host.dir / "state", server["name"]) for server in servers}
     wait_until(lambda: all(healthy(server["port"]) for server in servers), timeout=120,
                what="the servers to become ready on their own")

@@ -20,11 +20,13 @@ TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 FAST = {"SGLANG_SIM_DECODE_TOKENS_PER_S": "400"}
 
 
-def post(port, path, body, headers=None):
-    """(status, parsed JSON body) of a POST."""
+def post(port, path, body, headers=None, chunked=False):
+    """(status, parsed JSON body) of a POST; ``chunked``: the body in two chunks, without Content-Length (as smg
+    forwards one with its retries off)."""
+    payload = json.dumps(body).encode()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        connection.request("POST", path, body=json.dumps(body),
+        connection.request("POST", path, body=iter([payload[:7], payload[7:]]) if chunked else payload,
                            headers=dict({"Content-Type": "application/json"}, **(headers or {})))
         response = connection.getresponse()
         return response.status, json.loads(response.read() or b"null")
@@ -71,6 +73,16 @@ def metrics(server):
 
 def decode_lines(server):
     return re.findall(rf"^\[{TS}( DP\d TP\d)?\] (Decode batch, .*)$", server.log(), re.MULTILINE)
+
+
+def test_a_chunked_request_body_is_read_as_one_with_a_length(launch):
+    # smg forwards a request chunked when its retries are off; uvicorn (h11) reads it like any other
+    server = launch(env=FAST)
+    server.wait_ready()
+    body = {"text": "x" * 41, "sampling_params": {"max_new_tokens": 13}}
+    chunked, plain = post(server.port, "/generate", body, chunked=True), post(server.port, "/generate", body)
+    assert chunked[0] == plain[0] == 200
+    assert chunked[1]["meta_info"]["prompt_tokens"] == plain[1]["meta_info"]["prompt_tokens"] == 10
 
 
 def test_max_new_tokens_and_response_shapes(launch):

@@ -31,6 +31,22 @@ class UvicornHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass  # uvicorn's access lines, where it writes them, come from send_response
 
+    def read_body(self):
+        """The request body, by Content-Length or chunked (h11 reads both; smg streams a body it forwards chunked
+        when its retries are off, with no Content-Length)."""
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+        chunks = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # the trailer section, up to its empty line
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after each chunk
+
     def reply(self, code, body=b"", content_type="application/json"):
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
@@ -52,7 +68,7 @@ def make_dummy_health_handler(enable_metrics):
     class DummyHealthHandler(UvicornHandler):
         def route(self):
             path = self.path.split("?")[0]
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.read_body()
             if path not in routes:
                 return self.reply(404, {"detail": "Not Found"})
             if self.command != "GET":
@@ -106,8 +122,7 @@ def make_handler(server):
 
         def route(self):
             path = self.path.split("?")[0]
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
+            body = self.read_body()
             if not self.authorized():
                 return self.reply(401, {"error": "Unauthorized"})
             if path in ("/health", "/health_generate"):

@@ -46,6 +46,8 @@ class ModelRunner:
                                    "[{elapsed}<{remaining}, {rate_fmt}]" + ("" if self.sim.new else "\n"))
             progress.refresh()
         for shard in range(shards):
+            if shard == 0 and not draft:
+                self.sim.pass_weights_gate()
             self.sim.sleep((0.3 if draft else 1.2) / shards)
             if not draft and "oom_load" in self.sim.faults and shard == shards // 2:
                 raise self.oom_error(weights_gib * 1024 / shards + self.avail_gb() * 1024)

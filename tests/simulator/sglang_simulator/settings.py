@@ -20,6 +20,9 @@ Environment:
                           rank R (one environment for every node)
   SGLANG_SIM_FAULT_DELAY  seconds after ready before crash_after_ready fires (default 2)
   SGLANG_SIM_RELEASE_DELAY seconds GPU memory outlives the process with slow_release (default 3)
+  SGLANG_SIM_WEIGHTS_GATE a path: the target weights stay at 0 % loaded until it exists (a
+                          checkpoint on a slow mount), so a test gets a startup as long as it needs, however busy the
+                          machine is, and ends it by creating the file
 """
 
 import os
@@ -72,6 +75,7 @@ class Sim:
         self.prefill_rate = getenv_positive("SGLANG_SIM_PREFILL_TOKENS_PER_S", 20000.0)
         self.tick = getenv_positive("SGLANG_SIM_TICK_S", 0.1)
         self.idle_refresh = getenv_positive("SGLANG_SIM_IDLE_REFRESH_S", 30.0)
+        self.weights_gate = os.environ.get("SGLANG_SIM_WEIGHTS_GATE") or None
 
     def at_least(self, release):
         """Whether the simulated release is this one or a later one."""
@@ -85,6 +89,11 @@ class Sim:
     def sleep(self, seconds):
         if self.time_scale > 0:
             time.sleep(seconds * self.time_scale)
+
+    def pass_weights_gate(self):
+        """Return once SGLANG_SIM_WEIGHTS_GATE exists (at once without one)."""
+        while self.weights_gate and not os.path.exists(self.weights_gate):
+            time.sleep(0.1)
 
     def scaled(self, seconds):
         """A timeout on the simulated clock (startup, v0.5.23's shutdown): scaled like the phases, whole at time
