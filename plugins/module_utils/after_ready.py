@@ -170,9 +170,13 @@ def journal_relaunch(params, trackers, states):
     state_dir, run_id = params["state_dir"], params.get("run_id")
     earlier = journal.runs(journal.read_records(state_dir))
     entries = {}
+    this_run = next((run for run in earlier if run_id and run["run_id"] == run_id), {"servers": {}})
     for tracker in trackers:
+        # A rollback compares with what ran before this run, and records this run's failed attempt.
+        before = run_id if tracker.action == journal.ROLLED_BACK else None
         entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, states[tracker.name],
-                                       tracker.action, journal.previous_settings(earlier, tracker.name))
+                                       tracker.action, journal.previous_settings(earlier, tracker.name, before),
+                                       this_run["servers"].get(tracker.name))
         entries[tracker.name] = entry
         good = journal.last_good(earlier, tracker.name, entry.get("model"), before_run_id=run_id)
         tracker.result["since_last_good"] = journal.compare(good, entry) if good else None

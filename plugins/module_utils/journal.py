@@ -42,6 +42,8 @@ VERSION = 1
 MAX_BYTES = 1024 * 1024
 JOURNAL_MODE = 0o644
 JOBS = ("relaunch", "probe", "stop", "status")
+# The wait's action for a server relaunched with its last good configuration after the new one failed.
+ROLLED_BACK = "rolled_back"
 
 
 def run_header(state_dir, job, run_id=None, now=None):
@@ -124,7 +126,9 @@ def runs(records):
             run["job"] = record.get("job")
         for name, entry in record["servers"].items():
             if isinstance(entry, dict):
-                run["servers"][name] = dict(run["servers"].get(name) or {}, **entry)
+                # A rollback's entry is what serves now: it replaces the failed attempt (which it records).
+                earlier = {} if entry.get("action") == ROLLED_BACK else run["servers"].get(name) or {}
+                run["servers"][name] = dict(earlier, **entry)
     return [merged[key] for key in order]
 
 
@@ -146,8 +150,12 @@ def last_good(merged_runs, name, model=None, before_run_id=None):
     return None
 
 
-def previous_settings(merged_runs, name):
-    """The settings of the newest relaunch entry of ``name`` that recorded them (whatever its outcome)."""
+def previous_settings(merged_runs, name, before_run_id=None):
+    """The settings of the newest relaunch entry of ``name`` that recorded them (whatever its outcome); runs from
+    ``before_run_id`` on are not looked at."""
+    ids = [run["run_id"] for run in merged_runs]
+    if before_run_id in ids:
+        merged_runs = merged_runs[:ids.index(before_run_id)]
     for run in reversed(merged_runs):
         entry = run["servers"].get(name) or {}
         if run["job"] == "relaunch" and entry.get("settings"):
@@ -208,8 +216,14 @@ def startup_timings(timeline, log_facts, seconds_to_ready):
     return {key: value for key, value in timings.items() if value is not None}
 
 
-def relaunch_entry(report, log_facts, state, action=None, previous=None):
-    """The journal entry of one waited-for server: ``report`` is its wait result, ``state`` its state file."""
+def relaunch_entry(report, log_facts, state, action=None, previous=None, attempt=None):
+    """The journal entry of one waited-for server: ``report`` is its wait result, ``state`` its state file.
+
+    ``previous``: the settings it ran with before (``changed`` is against them); ``attempt``: for a rollback
+    (``action`` rolled_back), this run's entry of the configuration that failed - kept as ``rolled_back``, so the
+    entry says what serves (the last good configuration again) and what was tried and not kept. Startup timings
+    only for a server this run started: an unchanged one's would be its uptime.
+    """
     state = state or {}
     settings = state.get("settings")
     facts = dict(report.get("facts") or {})
@@ -224,9 +238,15 @@ def relaunch_entry(report, log_facts, state, action=None, previous=None):
         "settings": settings,
         "changed": setting_changes(previous, settings) if previous and settings else [],
         "facts": facts,
-        "timings": startup_timings(report.get("timeline"), log_facts, report.get("seconds_to_ready")),
+        "timings": startup_timings(report.get("timeline"), log_facts, report.get("seconds_to_ready"))
+        if action != "unchanged" else None,
         "error": (report.get("error") or {}).get("summary"),
     }
+    if action == ROLLED_BACK:
+        attempt = attempt or {}
+        entry["rolled_back"] = {key: value for key, value in (
+            ("outcome", attempt.get("outcome")), ("error", attempt.get("error")),
+            ("attempted", attempt.get("changed"))) if value not in (None, [])}
     return {key: value for key, value in entry.items() if value not in (None, [], {})}
 
 

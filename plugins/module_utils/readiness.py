@@ -256,7 +256,9 @@ class ServerTracker:
             report["server_info_error"] = details["server_info_error"]
         if state.ready:
             report["phase"] = "ready"
-            report["seconds_to_ready"] = round(now - (self.launched_at or self._options["started_at"]), 1)
+            up = round(now - (self.launched_at or self._options["started_at"]), 1)
+            # A server the run left running did not start now: its time up is no startup time.
+            report["uptime_s" if self.action == "unchanged" else "seconds_to_ready"] = up
             if not report["timeline"] or report["timeline"][-1].get("phase") != "ready":
                 report["timeline"].append({"phase": "ready", "timestamp": local_timestamp(now),
                                            "line": f"health {self._options['health_path']} answered 200"})

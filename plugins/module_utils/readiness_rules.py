@@ -235,6 +235,8 @@ def _ready(facts):
     if facts.get("node_rank"):
         return (f"{facts['name']} rank {facts['node_rank']} ready after {facts['seconds_to_ready']} s: its schedulers "
                 "are up (its health endpoint is SGLang's placeholder, never asked)")
+    if facts.get("seconds_to_ready") is None and facts.get("uptime_s") is not None:
+        return f"{facts['name']} ready (not restarted by this run, up {facts['uptime_s']} s)"
     return f"{facts['name']} ready after {facts['seconds_to_ready']} s"
 
 

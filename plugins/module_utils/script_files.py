@@ -10,7 +10,9 @@ import os
 import stat
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    read_settings,
     script_credentials,
+    setting_changes,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
     read_no_follow,
@@ -112,6 +114,10 @@ def sync_scripts(scripts, mode, directory_mode, required_paths, secrets, check_m
         except OSError as error:
             raise ScriptError(f"cannot write {script['path']}: {scrub_text(str(error), secrets)}", scripts=results)
         results[script["name"]] = {"path": script["path"], "changed": plan["changed"], "sha256": plan["sha256"]}
+        if plan["content_changed"] and plan["before"] is not None:
+            # The launch settings it changes (credentials hidden): what a check-mode summary says would change.
+            results[script["name"]]["settings_changed"] = setting_changes(
+                read_settings(plan["before"], secrets), read_settings(script["content"], secrets))
         if plan["content_changed"]:
             diffs.append({
                 "before_header": script["path"] if plan["before"] is not None else f"{script['path']} (absent)",

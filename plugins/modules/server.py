@@ -345,8 +345,19 @@ servers:
       type: str
       sample: "changed: launch script content"
     changed:
-      description: Whether this server was stopped or launched.
-      type: bool
+      description: The compared settings that differ from what the server runs with, each as C([key, before, after])
+        (C(script_sha256), C(port), the launcher's own settings); empty when nothing differs.
+      type: list
+      elements: list
+    settings_changed:
+      description:
+        - The launch settings the server's new launch script changes (flags, environment, command), each as
+          C({setting, before, after}) with credentials hidden; absent when its script is new or unchanged. Also in
+          check mode, where it is what would change.
+      type: list
+      elements: dict
+      returned: when its launch script changes
+      sample: [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
     pid:
       description: Pid of the launched (or unchanged, running) server; null when stopped or in check mode.
       type: int

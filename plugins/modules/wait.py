@@ -97,7 +97,8 @@ options:
       action:
         description:
           - What M(gpuops.sglang.server) did to the server (V(launched), V(relaunched), V(unchanged), ...),
-            recorded in the run journal with its outcome.
+            recorded in the run journal with its outcome; V(rolled_back) for a relaunch with its last good
+            configuration (its journal entry then replaces this run's failed attempt, which it records).
         type: str
       node_rank:
         description:
@@ -243,8 +244,14 @@ servers:
       description: Progress bars seen in the log, C(weights) and C(cuda_graph), each C({done, total}) or null.
       type: dict
     seconds_to_ready:
-      description: Seconds from launch (state file) or from the start of the wait until health answered 200.
+      description:
+        - Seconds from launch (state file) or from the start of the wait until health answered 200; null for a
+          server whose C(action) is V(unchanged) (the run did not start it; see RV(servers[].uptime_s)).
       type: float
+    uptime_s:
+      description: For a server whose C(action) is V(unchanged) that is ready - seconds since it was launched.
+      type: float
+      returned: for a ready server the run left unchanged
     facts:
       description:
         - What the server configured, from C(/get_server_info) and its log (C(max_total_num_tokens),

@@ -20,6 +20,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     phase_reached,
 )
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.outcomes import (
+    STARTED_ACTIONS,
+    check_headline,
+    headline,
+    relaunch_outcomes,
+)
 
 
 class ExpectationError(ValueError):
@@ -64,37 +70,42 @@ def interrupted_lines(interrupted_runs):
             for run in interrupted_runs or []]
 
 
+def _row_status(outcome, waited, acted):
+    """The outcome column: what the server ends as; a failed one names how (crashed, stalled, down, ...)."""
+    if outcome.outcome != "failed":
+        return outcome.outcome
+    if acted.get("down"):
+        return "down"
+    return (waited or {}).get("status") or "failed"
+
+
 def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None, rollbacks=None,
-                     installed_sglang=None):
-    """One line per server: GPUs, port, what the server module did, readiness and what it configured; then what
+                     installed_sglang=None, check_mode=False):
+    """The headline (what serves at the end: outcomes.headline), then one line per server: GPUs, port, what the
+    server module did, its outcome and what it configured (a rolled-back server: what it serves again); then what
     changed since each server's last good run and, with a throughput ``probe`` result, its figures. The SGLang the
-    host has installed (``installed_sglang``, host_lock's ``sglang``) follows the first line."""
-    actions, waits = _by_name(server_results), _by_name(wait_results)
+    host has installed (``installed_sglang``, host_lock's ``sglang``) follows the first line. In ``check_mode``
+    the headline says what would be done (outcomes.check_headline), and nothing about readiness."""
+    actions, waits, rolled_back = _by_name(server_results), _by_name(wait_results), _by_name(rollbacks)
+    verdicts = relaunch_outcomes(servers, server_results, wait_results, rollbacks, check_mode)
     rows = []
-    no_facts = [None] * len(SUMMARY_COLUMNS)
-    for server in servers:
+    for server, outcome in zip(servers, verdicts):
         acted = actions.get(server["name"], {})
-        action = acted.get("action", "not relaunched")
-        waited = waits.get(server["name"])
-        if acted.get("down"):
-            rows.append([server["name"], _gpus(server), server["port"], f"{action}: FAILED", "down", None, None,
-                         *no_facts])
-            continue
-        if waited is None:
-            rows.append([server["name"], _gpus(server), server["port"], action, "skipped", None, None, *no_facts])
-            continue
+        # A rolled-back server is described by its rollback's wait: what serves now.
+        waited = rolled_back.get(server["name"]) or waits.get(server["name"]) or {}
         facts = waited.get("facts") or {}
-        rows.append([server["name"], _gpus(server), server["port"], action, waited["status"],
-                     waited.get("phase"), _seconds(waited.get("seconds_to_ready")),
+        started = acted.get("action") in STARTED_ACTIONS and not acted.get("down")
+        phase = waited.get("phase") if outcome.outcome == "failed" else None
+        rows.append([server["name"], _gpus(server), server["port"], acted.get("action", "not relaunched"),
+                     _row_status(outcome, waits.get(server["name"]), acted), phase,
+                     _seconds(waited.get("seconds_to_ready")) if started else None,
                      *(facts.get(fact) for fact in SUMMARY_COLUMNS)])
-    down = [result["name"] for result in server_results or [] if result.get("down")]
-    # A rank of a multi-node group that came up but was stopped with its group is down, not ready.
-    ready = count_ready(result for result in wait_results or [] if result["name"] not in down)
-    header = ["server", "gpus", "port", "action", "status", "phase", "ready_s", *SUMMARY_COLUMNS]
-    title = f"{ready}/{len(servers)} servers ready" + (f", DOWN: {', '.join(down)}" if down else "")
-    return ([title] + interrupted_lines(interrupted_runs) + installed_lines(installed_sglang) + _table(header, rows)
-            + drain_and_router_lines(server_results, wait_results)
-            + since_last_good_lines(servers, actions, waits) + rollback_lines(rollbacks) + probe_lines(probe))
+    header = ["server", "gpus", "port", "action", "outcome", "failed_in", "ready_s", *SUMMARY_COLUMNS]
+    return ([check_headline(verdicts) if check_mode else headline(verdicts)] + interrupted_lines(interrupted_runs)
+            + installed_lines(installed_sglang)
+            + _table(header, rows) + drain_and_router_lines(server_results, wait_results)
+            + since_last_good_lines(servers, actions, waits, verdicts) + rollback_lines(rollbacks)
+            + probe_lines(probe))
 
 
 def installed_lines(installed_sglang):
@@ -163,7 +174,9 @@ def rollback_outcomes(server_results, wait_results, reasons=None):
                          "to_time": rollback.get("to_time"), "key_status": rollback.get("key_status"),
                          "error": rollback.get("error") or result.get("error"),
                          "status": waited.get("status") or ("down" if result.get("down") else "stopped"),
-                         "msg": waited.get("msg"), "reason": (reasons or {}).get(result["name"])})
+                         "msg": waited.get("msg"), "reason": (reasons or {}).get(result["name"]),
+                         # what it serves with again (the summary's row), when it came up
+                         "facts": waited.get("facts"), "seconds_to_ready": waited.get("seconds_to_ready")})
     return outcomes
 
 
@@ -293,19 +306,23 @@ def comparison_text(compared):
     return f"{changed}; {', '.join(deltas) or 'same facts'}"
 
 
-def since_last_good_lines(servers, actions, waits):
-    """For each relaunched server: the settings that changed and the deltas against the last run it came up in."""
+def since_last_good_lines(servers, actions, waits, verdicts=None):
+    """For each relaunched server: the settings that changed and the deltas against the last run it came up in; a
+    server whose new configuration does not serve (rolled back, failed) says so."""
+    outcomes = {verdict.name: verdict.outcome for verdict in verdicts or []}
     lines = []
     for server in servers:
         waited = waits.get(server["name"]) or {}
-        if (actions.get(server["name"]) or {}).get("action") not in ("launched", "relaunched"):
+        if (actions.get(server["name"]) or {}).get("action") not in STARTED_ACTIONS:
             continue
         compared = waited.get("since_last_good")
+        outcome = outcomes.get(server["name"], "ready")
+        label = server["name"] + (f" ({outcome}: not live)" if outcome in ("rolled back", "failed") else "")
         if compared:
-            lines.append(f"{server['name']} vs run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
+            lines.append(f"{label} vs run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
                          f"{comparison_text(compared)}")
         elif "since_last_good" in waited:
-            lines.append(f"{server['name']}: no earlier run of this model came up on this host (nothing to compare)")
+            lines.append(f"{label}: no earlier run of this model came up on this host (nothing to compare)")
     return (["since the last good run:"] + ["  " + line for line in lines]) if lines else []
 
 
@@ -515,7 +532,11 @@ def history_table(runs):
         entries = list((run.get("servers") or {}).values())
         outcomes = [entry.get("outcome") for entry in entries]
         ready = sum(outcome in ("ready", "unchanged") for outcome in outcomes)
+        rolled_back = sorted(name for name, entry in run["servers"].items() if entry.get("rolled_back"))
+        # Live changes; what a rollback undid is named as such, never as live.
         changed = sorted({change["setting"] for entry in entries for change in entry.get("changed") or []})
+        changed += sorted({f"{change['setting']} (rolled back)" for entry in entries
+                           for change in (entry.get("rolled_back") or {}).get("attempted") or []})
         slowest = max((entry["timings"]["ready_s"] for entry in entries
                        if (entry.get("timings") or {}).get("ready_s") is not None), default=None)
         output = [entry["probe"]["output_tok_s"] for entry in entries
@@ -530,6 +551,7 @@ def history_table(runs):
                                                                             "already_stopped")})
         rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who,
                      f"{ready}/{len(entries)} up" + (f" ({', '.join(failed)})" if failed else "")
+                     + (f" ({', '.join(rolled_back)} rolled back)" if rolled_back else "")
                      if run.get("job") in ("relaunch", "status") else f"{len(entries)} stopped",
                      ",".join(changed) or None, *(_spread(entries, fact) for fact in HISTORY_COLUMNS),
                      _seconds(slowest), _seconds(sum(output)) if output else None])

@@ -210,9 +210,9 @@ def test_awx_job_streams_progress_beats_idle_timeout_and_never_shows_the_api_key
     # The summary is in the final events: after the wait, right before the stats.
     assert job.events[-1]["event"] == "playbook_on_stats"
     summaries = [event for event in job.events[ok_index:] if event["event"] == "runner_on_ok"
-                 and "2/2 servers ready" in json.dumps(event["event_data"].get("res", {}))]
+                 and "2/2 serving" in json.dumps(event["event_data"].get("res", {}))]
     assert summaries, job.tail()
-    assert "2/2 servers ready" in "\n".join(event.get("stdout", "") for event in job.events[ok_index:])
+    assert "2/2 serving" in "\n".join(event.get("stdout", "") for event in job.events[ok_index:])
 
     # The injected key reached the servers (the wait authenticated) but no event, stdout or artifact shows it.
     assert API_KEY in (sim_host.script_dir / "gpu0.sh").read_text()

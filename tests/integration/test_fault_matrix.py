@@ -356,7 +356,7 @@ def test_an_interrupted_wait_leaves_the_servers_starting_and_the_next_relaunch_i
     again = sim_host.run("relaunch", variables)
     assert again.rc == 0, failures(again)
     assert again.stats["changed"] == 0
-    assert summary(again)[0] == "2/2 servers ready"
+    assert summary(again)[0] == "2/2 serving"
     [hold] = [result for result in again.task("Hold the host for this run")
               if result["action"] == "gpuops.sglang.host_lock"]
     assert (hold.get("taken_over") or {}).get("run_id") == lease["run_id"], hold

@@ -31,11 +31,11 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     assert first.task("Wait until the launched servers are ready")[0]["released"] is True
     assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
     lines = summary(first)
-    assert lines[0] == "8/8 servers ready"
+    assert lines[0] == "8/8 serving"
     # The hold read which SGLang the server command's interpreter has: none on the simulated host.
     interpreter = sim_host.host_vars["sglang_server_command"][0]
     assert lines[1] == f"SGLang is not installed for {interpreter} (no sglang distribution in its environment)"
-    assert lines[3].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "ready"]
+    assert lines[3].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "-"]
     assert all(sim_host.fake_gpus.used_mib(index) > 100000 for index in range(8))
 
     second = sim_host.run("relaunch")
@@ -85,7 +85,7 @@ def test_batches_relaunch_the_next_servers_only_after_the_previous_are_ready(sim
     first_wait_end = datetime.fromisoformat(steps[1][2]["end"].replace("Z", "+00:00"))
     second_launch_start = datetime.fromisoformat(steps[2][2]["start"].replace("Z", "+00:00"))
     assert second_launch_start >= first_wait_end
-    assert summary(result)[0] == "4/4 servers ready"
+    assert summary(result)[0] == "4/4 serving"
 
 
 def test_a_crashing_server_is_reported_while_the_others_become_ready(sim_host):
@@ -93,7 +93,8 @@ def test_a_crashing_server_is_reported_while_the_others_become_ready(sim_host):
     servers[1]["env"] = {"SGLANG_SIM_FAULT": "oom_load"}
     result = sim_host.run("relaunch", {"sglang_servers": servers})
     assert result.rc != 0
-    rows = {line.split()[0]: line.split() for line in summary(result)[2:]}
+    # The table's rows (the lines after it are indented or say what they are).
+    rows = {line.split()[0]: line.split() for line in summary(result)[2:] if line.startswith("s")}
     assert rows["s0"][4] == "ready" and rows["s2"][4] == "ready"
     assert rows["s1"][4] == "crashed"
     failure = result.task("every server is ready")[0]
@@ -138,6 +139,9 @@ def test_check_mode_judges_the_new_scripts_and_touches_nothing(sim_host):
     assert not (sim_host.dir / "state" / "gpu2.json").exists()
     assert not (sim_host.script_dir / "gpu2.sh").exists()
     assert "--max-running-requests" not in (sim_host.script_dir / "gpu1.sh").read_text()
+    # The summary says what would be done, not how many servers are ready.
+    assert summary(result)[0] == ("check mode, nothing done: would relaunch 1 (gpu1): --max-running-requests "
+                                  "(unset) -> 32; would launch 1 (gpu2); 1 unchanged")
 
 
 def test_only_the_named_servers_are_relaunched_and_survey_minimums_are_checked(sim_host):

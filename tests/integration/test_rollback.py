@@ -41,6 +41,8 @@ def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_
         f"gpu0-7: the new configuration failed; rolled back to the configuration of run {good['run_id'][:8]}")
     assert message.endswith(" with the current sglang_api_key (put in place of the older key its last good script "
                             "had): ready again")
+    # What serves is counted and said: the server serves its last good configuration again.
+    assert summary(failed)[0] == "1/1 serving - gpu0-7 rolled back: new configuration crashed in loading_weights"
     assert "rolled back:" in summary(failed)
 
     now = state(sim_host, "gpu0-7")
@@ -57,12 +59,27 @@ def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_
     lines = [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
     outcomes = [line["servers"]["gpu0-7"]["outcome"] for line in lines if line["job"] == "relaunch"]
     assert outcomes == ["ready", "crashed", "ready"]
+    # The history says the run's change is not live: the run serves the last good configuration again.
+    history = sim_host.run("history")
+    assert history.rc == 0, history.stdout
+    [row] = [line for line in history.task("Run history")[0]["msg"] if failed_run_id(sim_host) in line]
+    assert "1/1 up (gpu0-7 rolled back)" in row, row
+    assert "--speculative-algorithm (rolled back)" in row and "--api-key" not in row, row
+    served = history.task("Publish the runs")[0]["ansible_facts"]["relaunch_history"][-1]["servers"]["gpu0-7"]
+    assert served["rolled_back"]["outcome"] == "crashed" and "changed" not in served
+    assert "--speculative-algorithm" not in served["settings"]["flags"]
 
     # The desired state is the user's: check mode shows the relaunch it would try, the next run tries it again.
     check = sim_host.run("relaunch", eagle, args=["--check"])
     assert [task["action"] for task in check.task("Bring servers")[0]["servers"]] == ["relaunched"]
     again = sim_host.run("relaunch", eagle)
     assert again.rc != 0 and failures(again)[0].endswith(": ready again")
+
+
+def failed_run_id(sim_host):
+    """The run id (short) of the newest relaunch in the journal."""
+    lines = [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
+    return [line for line in lines if line["job"] == "relaunch"][-1]["run_id"][:8]
 
 
 def test_a_canary_of_one_leaves_the_others_untouched_and_is_rolled_back(sim_host):

@@ -171,7 +171,7 @@ def test_api_key_and_eight_scripts_arrive_intact_and_the_key_is_never_shown(host
     assert pipelined_runs(commands)["server"] >= 1
     assert api_key not in output(relaunch)
     # Served with the key: the wait's health probes and /get_server_info were authenticated.
-    assert "8/8 servers ready" in relaunch.stdout
+    assert "8/8 serving" in relaunch.stdout
 
     written = pct(host, "exec", str(host["vmid"]), "--", "sha256sum", *sorted(rendered))
     assert written.returncode == 0, written.stderr

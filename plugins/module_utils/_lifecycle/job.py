@@ -38,6 +38,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result im
     interrupted_summary,
     journaled,
     result,
+    with_settings_changed,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.run import (
     ServerRun,
@@ -115,7 +116,8 @@ class ServerControl:
                 raise ServerControlError(str(exc))
         if self.check_mode:
             plans, scripts, diffs = self._read_host(check_mode=True)
-            return dict(result(self, [ServerRun(plan) for plan in plans]), scripts=scripts, script_diffs=diffs)
+            return dict(with_settings_changed(result(self, [ServerRun(plan) for plan in plans]), scripts),
+                        scripts=scripts, script_diffs=diffs)
         try:
             lock_fd, waited = acquire_host_lock(self.state_dir, params["lock_timeout"])
         except LockTimeout as exc:
@@ -131,12 +133,12 @@ class ServerControl:
             if not any(plan.changes for plan in plans):
                 self.timings["total_s"] = round(time.monotonic() - started, 3)
                 runs = [ServerRun(plan) for plan in plans]
-                return dict(journaled(self, runs, result(self, runs)), **extra)
+                return dict(with_settings_changed(journaled(self, runs, result(self, runs)), scripts), **extra)
             job_id = host_job.new_job_id()
 
             def work(progress):
                 mark_lock_holder(lock_fd)
-                return dict(act(self, plans, progress), **extra)
+                return dict(with_settings_changed(act(self, plans, progress), scripts), **extra)
 
             try:
                 host_job.start(self.state_dir, job_id, work,

@@ -71,6 +71,16 @@ def _server_result(control, run):
     }
 
 
+def with_settings_changed(module_result, scripts):
+    """Each server whose launch script changes names the launch settings it changes (``settings_changed``, from
+    the script results: credentials hidden)."""
+    for server in module_result.get("servers") or []:
+        changed = (scripts.get(server["name"]) or {}).get("settings_changed")
+        if changed:
+            server["settings_changed"] = changed
+    return module_result
+
+
 def result(control, runs):
     failed = [run for run in runs if run.step == STEP_FAILED]
     built = {

@@ -123,3 +123,31 @@ def test_relaunch_entry_and_timings():
     assert made["changed"][0]["setting"] == "--mamba-scheduler-strategy"
     assert made["model"] == "/m/a" and "error" not in made
     json.dumps(made)
+
+
+def test_a_rollback_entry_replaces_the_failed_attempt_and_records_it_as_not_live():
+    # run "good" came up with A; run "bad" tried B, which crashed, and went back to A: the run's entry is A serving
+    # again, no live change, the attempt kept under rolled_back.
+    good = line("good", {"gpu0": entry()})
+    crashed = dict(entry("crashed", SETTINGS_B), action="relaunched", error="RuntimeError: draft worker failed",
+                   changed=journal.setting_changes(SETTINGS_A, SETTINGS_B))
+    earlier = journal.runs([good, line("bad", {"gpu0": crashed}, time=2.0)])
+    report = {"status": "ready", "pid": 9, "seconds_to_ready": 12.0, "facts": {"max_running_requests": 32}}
+    rollback = journal.relaunch_entry(report, {}, {"settings": SETTINGS_A}, journal.ROLLED_BACK,
+                                      journal.previous_settings(earlier, "gpu0", before_run_id="bad"),
+                                      earlier[1]["servers"]["gpu0"])
+    assert "changed" not in rollback, "nothing changed against what ran before the run"
+    assert rollback["rolled_back"] == {"outcome": "crashed", "error": "RuntimeError: draft worker failed",
+                                       "attempted": crashed["changed"]}
+    merged = journal.runs([good, line("bad", {"gpu0": crashed}, time=2.0), line("bad", {"gpu0": rollback}, time=3.0)])
+    served = merged[1]["servers"]["gpu0"]
+    assert served["outcome"] == "ready" and served["settings"] == SETTINGS_A
+    assert "error" not in served and "changed" not in served, "nothing of the failed attempt but its record"
+    # Without before_run_id the newest settings would be the failed attempt's (B): "changed" would claim B -> A.
+    assert journal.previous_settings(earlier, "gpu0") == SETTINGS_B
+
+
+def test_an_unchanged_server_records_no_startup_timings():
+    report = {"status": "ready", "pid": 7, "seconds_to_ready": 0.4, "facts": {"max_running_requests": 53}}
+    assert "timings" not in journal.relaunch_entry(report, {"weight_load_seconds": 41.5}, {"settings": SETTINGS_A},
+                                                   "unchanged")

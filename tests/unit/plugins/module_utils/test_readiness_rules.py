@@ -227,6 +227,7 @@ def test_timeout_says_the_wait_the_phase_its_progress_and_the_last_health_answer
 
 def test_ready_replaced_and_a_snapshot_have_their_sentences():
     assert say("ready", seconds_to_ready=61.3) == "gpu7 ready after 61.3 s"
+    assert say("ready", seconds_to_ready=None, uptime_s=3600.0) == "gpu7 ready (not restarted by this run, up 3600.0 s)"
     assert say("replaced", replaced_by={"pid": 43, "run_id": "r2"}) == (
         "gpu7 replaced by another run: it now runs as pid 43 (run r2), not as pid 42 launched by this run")
     assert say("replaced", replaced_by={"pid": 43}).endswith("(run unknown), not as pid 42 launched by this run")

@@ -24,10 +24,12 @@ WAITS = [
 def test_summary_has_one_aligned_row_per_server():
     lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "relaunched"}, {"name": "gpu1", "action": "launched"}],
                              WAITS)
-    assert lines[0] == "1/3 servers ready"
-    assert lines[2].split() == ["gpu0", "0", "30000", "relaunched", "ready", "ready", "61.3", "2264878", "323"]
+    assert lines[0] == ("1/3 serving - gpu1 failed: new configuration crashed in loading_weights; gpu2 deferred (not "
+                        "relaunched: an earlier batch failed)")
+    assert lines[1].split()[3:7] == ["action", "outcome", "failed_in", "ready_s"]
+    assert lines[2].split() == ["gpu0", "0", "30000", "relaunched", "ready", "-", "61.3", "2264878", "323"]
     assert lines[3].split() == ["gpu1", "1", "30001", "launched", "crashed", "loading_weights", "-", "-", "-"]
-    assert lines[4].split()[:6] == ["gpu2", "2", "30002", "not", "relaunched", "skipped"]
+    assert lines[4].split()[:6] == ["gpu2", "2", "30002", "not", "relaunched", "deferred"]
     assert lines[1].index("port") == lines[2].index("30000") == lines[4].index("30002")
 
 
@@ -35,8 +37,8 @@ def test_summary_names_the_sglang_the_host_runs_after_its_first_line():
     installed = [{"interpreter": "/opt/sglang/bin/python", "version": "0.5.23", "location": "/opt/sglang/lib"},
                  {"interpreter": "python3", "version": None, "problem": "SGLang is not installed for python3 (...)"}]
     lines = relaunch_summary(SERVERS, [], WAITS, installed_sglang=installed)
-    assert lines[:3] == ["1/3 servers ready", "SGLang 0.5.23 (/opt/sglang/bin/python)",
-                         "SGLang is not installed for python3 (...)"]
+    assert lines[0].startswith("1/3 serving - ")
+    assert lines[1:3] == ["SGLang 0.5.23 (/opt/sglang/bin/python)", "SGLang is not installed for python3 (...)"]
     assert relaunch_summary(SERVERS, [], WAITS)[1].split()[:2] == ["server", "gpus"]
 
 
@@ -109,10 +111,46 @@ DOWN = {"name": "gpu2", "action": "relaunched", "down": True,
 
 def test_a_server_left_down_is_named_in_the_title_its_row_and_the_failures():
     lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "relaunched"}, DOWN], WAITS[:1])
-    assert lines[0] == "1/3 servers ready, DOWN: gpu2"
-    assert lines[4].split()[:5] == ["gpu2", "2", "30002", "relaunched:", "FAILED"]
-    assert lines[4].split()[5] == "down", "never 'relaunched' with no pid and nothing else said"
+    assert lines[0] == ("1/3 serving - gpu2 failed: DOWN (stopped, and not started again); gpu1 deferred (not "
+                        "relaunched: an earlier batch failed)")
+    assert lines[4].split()[:5] == ["gpu2", "2", "30002", "relaunched", "down"], \
+        "never 'relaunched' with no pid and nothing else said"
     assert relaunch_failures(SERVERS, WAITS[:1], [DOWN])[-1] == DOWN["error"]
+
+
+ROLLED_BACK = {"name": "gpu1", "to_run_id": "0a1b2c3d4e", "to_time": 1764700000, "key_status": None, "error": None,
+               "status": "ready", "msg": "gpu1 ready after 12.0 s", "reason": None,
+               "facts": {"max_total_num_tokens": 1000, "max_running_requests": 48}, "seconds_to_ready": 12.0}
+
+
+def test_a_rolled_back_server_counts_as_serving_and_its_row_is_what_serves_again():
+    # gpu1's new configuration crashed; its rollback came up: 2 of 3 serve (gpu2 was deferred), the row shows the
+    # rolled-back configuration's facts, and the run still fails naming the crash.
+    actions = [{"name": "gpu0", "action": "unchanged"}, {"name": "gpu1", "action": "relaunched"}]
+    lines = relaunch_summary(SERVERS, actions, WAITS, rollbacks=[ROLLED_BACK])
+    assert lines[0] == ("2/3 serving - gpu1 rolled back: new configuration crashed in loading_weights; gpu2 deferred "
+                        "(not relaunched: an earlier batch failed)")
+    assert lines[2].split() == ["gpu0", "0", "30000", "unchanged", "unchanged", "-", "-", "2264878", "323"], \
+        "no ready_s for a server this run did not start"
+    assert lines[3].split() == ["gpu1", "1", "30001", "relaunched", "rolled", "back", "-", "12.0", "1000", "48"]
+    assert relaunch_failures(SERVERS[:2], WAITS, actions, [ROLLED_BACK])[0].startswith(
+        "gpu1 crashed in loading_weights")
+    compared = [WAITS[0], dict(WAITS[1], since_last_good=None)]
+    assert relaunch_summary(SERVERS, actions, compared, rollbacks=[ROLLED_BACK])[-4:-2] == [
+        "since the last good run:",
+        "  gpu1 (rolled back: not live): no earlier run of this model came up on this host (nothing to compare)"]
+
+
+def test_a_canary_rolled_back_for_its_throughput_and_a_rollback_that_failed_say_why():
+    regressed = dict(ROLLED_BACK, name="gpu0", reason="output 900 tok/s is 30 % below 1280 of its last good run")
+    failed_too = dict(ROLLED_BACK, status="crashed", msg="gpu1 crashed in loading_weights")
+    actions = [{"name": "gpu0", "action": "relaunched"}, {"name": "gpu1", "action": "relaunched"}]
+    lines = relaunch_summary(SERVERS[:2], actions, WAITS, rollbacks=[regressed, failed_too])
+    assert lines[0] == ("1/2 serving - gpu0 rolled back: output 900 tok/s is 30 % below 1280 of its last good run; "
+                        "gpu1 failed: new configuration crashed in loading_weights; its rollback failed too")
+    no_last_good = dict(failed_too, to_run_id=None, status="stopped")
+    assert relaunch_summary(SERVERS[1:2], actions[1:], WAITS[1:], rollbacks=[no_last_good])[0] == (
+        "0/1 serving - gpu1 failed: new configuration crashed in loading_weights; no last good configuration")
 
 
 def test_an_interrupted_earlier_run_is_reported_first():
@@ -170,3 +208,20 @@ def test_summary_says_how_servers_drained_and_whether_the_router_took_them_back(
     # Without a drain or a router, nothing is said.
     assert not any(line.startswith(("drained", "router")) for line in relaunch_summary(
         SERVERS, [{"name": "gpu0", "action": "relaunched"}], WAITS))
+
+
+def test_check_mode_says_what_would_be_done_and_counts_no_readiness():
+    change = [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
+    actions = [{"name": "gpu0", "action": "relaunched", "settings_changed": change},
+               {"name": "gpu1", "action": "relaunched", "settings_changed": change},
+               {"name": "gpu2", "action": "unchanged"}]
+    lines = relaunch_summary(SERVERS, actions, [], check_mode=True)
+    assert lines[0] == ("check mode, nothing done: would relaunch 2 (gpu0, gpu1): --mamba-scheduler-strategy "
+                        "extra_buffer -> no_buffer; 1 unchanged")
+    assert [line.split()[4:6] for line in lines[2:5]] == [["would", "relaunch"], ["would", "relaunch"],
+                                                          ["unchanged", "-"]]
+    launched = [{"name": "gpu0", "action": "launched", "reason": "not running"}]
+    assert relaunch_summary(SERVERS[:1], launched, [], check_mode=True)[0] == (
+        "check mode, nothing done: would launch 1 (gpu0); 0 unchanged")
+    assert relaunch_summary(SERVERS[:1], actions[2:], [], check_mode=True)[0] == (
+        "check mode, nothing done: nothing would change")

@@ -108,6 +108,17 @@ def test_history_table():
     assert second.split()[2:6] == ["stop", "r2", "ops@laptop", "1"]
 
 
+def test_history_shows_a_rolled_back_change_as_not_live():
+    ready = {"outcome": "ready", "facts": {"max_running_requests": 53}, "timings": {"ready_s": 12.0}}
+    rolled_back = dict(ready, action="rolled_back",
+                       rolled_back={"outcome": "crashed", "attempted": COMPARED["changed"]})
+    runs = [{"run_id": "r3", "time": 1764583320.0, "job": "relaunch", "by": {},
+             "servers": {"gpu0": ready, "gpu1": rolled_back}}]
+    row = history_table(runs)[1].split()
+    assert row[5:11] == ["2/2", "up", "(gpu1", "rolled", "back)", "--mamba-scheduler-strategy"]
+    assert row[11:13] == ["(rolled", "back)"]
+
+
 def test_probe_settings_are_checked_before_anything_is_touched():
     assert option_problems({"relaunch_probe": {"concurrency": 64, "duration_s": "30"}}) == []
     problems = option_problems({"relaunch_probe": {"duration_s": -5, "route": "chat", "threads": 3}})
