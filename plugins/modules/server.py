@@ -552,9 +552,10 @@ def main():
     except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
         # Nothing unexpected may reach the controller as a raw traceback: it could quote a command line.
         module.fail_json(msg=scrub_text(f"unexpected {type(exc).__name__}: {exc}", params["secrets"]))
-    # One diff per server set plus one per written script (Ansible shows a list of diffs in order).
-    diffs = [result.pop("diff")] if "diff" in result else []
-    diffs += result.pop("script_diffs", None) or []
+    # One diff per written script, then the state of the servers that change (Ansible shows a list of diffs in
+    # order): the flag that changes comes first, the pids and hashes after it.
+    state = result.pop("diff", None)
+    diffs = (result.pop("script_diffs", None) or []) + ([state] if state and state["after"] else [])
     if module._diff and diffs:
         result["diff"] = diffs
     # The one place the words of a failure leave the host (the worker's own included): scrubbed here.

@@ -134,6 +134,11 @@ def test_check_mode_judges_the_new_scripts_and_touches_nothing(sim_host):
     assert {server["name"]: server["action"] for server in check["servers"]} == {
         "gpu0": "unchanged", "gpu1": "relaunched", "gpu2": "launched"}
     assert sorted(name for name, script in check["scripts"].items() if script["changed"]) == ["gpu1", "gpu2"]
+    # --diff leads with the flag that changes; the state of the two servers that would change comes last.
+    assert [diff["after_header"] for diff in check["diff"]] == [
+        str(sim_host.script("gpu1")), str(sim_host.script("gpu2")), "servers (state)"]
+    assert "--max-running-requests 32" in check["diff"][0]["after"]
+    assert sorted(check["diff"][2]["after"]) == ["gpu1", "gpu2"]
     assert all(task.get("skipped") for task in result.task("Wait until")), "nothing was launched to wait for"
     assert {name: state_pid(sim_host, name) for name in ("gpu0", "gpu1")} == pids
     assert not (sim_host.dir / "state" / "gpu2.json").exists()

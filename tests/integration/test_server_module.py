@@ -154,8 +154,9 @@ def test_diff_shows_before_and_after(server, launched, make_server):
     assert before["running"] and before["pid"] == pids["alpha"]
     assert after["running"] and after["pid"] == result["servers"][0]["pid"] != pids["alpha"]
     assert before["script_sha256"] == after["script_sha256"]
-    # Without --diff no diff is returned.
+    # Without --diff no diff is returned; nothing changes, nothing to show.
     assert "diff" not in server([alpha])
+    assert "diff" not in server([alpha], diff=True)
 
 
 def test_restart_rotates_logs_and_never_truncates(server, launched, make_server):

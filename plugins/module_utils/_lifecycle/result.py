@@ -90,9 +90,11 @@ def result(control, runs):
         "stale_killed": [control.stale[pid] for pid in sorted(control.stale)],
         "foreign_killed": [control.foreign[pid] for pid in sorted(control.foreign)],
         "timings": control.timings,
+        # The servers that change, after their scripts' diffs (server.py orders them): what runs, not the flags.
         "diff": {
-            "before": {run.name: _describe_before(run) for run in runs},
-            "after": {run.name: _describe_after(run) for run in runs}},
+            "before_header": "servers (state)", "after_header": "servers (state)",
+            "before": {run.name: _describe_before(run) for run in runs if run.plan.changes},
+            "after": {run.name: _describe_after(run) for run in runs if run.plan.changes}},
     }
     if failed:
         others = [run.name for run in runs if run.plan.changes and run.step == STEP_DONE]
