@@ -6,6 +6,9 @@ gpuops.sglang.launch_scripts and gpuops.sglang.relaunch lists the shared sglang_
 definition is roles/settings/meta/argument_specs.yml (entry point main); this script writes them, first and in
 its order, into each entry point, and keeps each role's own options after them.
 
+It also writes plugins/plugin_utils/role_variables.py: every sglang_*/relaunch_* name the roles and playbooks use
+(options, defaults, facts, registered results), against which a variable a user sets is known or not.
+
     .venv/bin/python scripts/role_argument_specs.py           rewrite the specs that differ
     .venv/bin/python scripts/role_argument_specs.py --check   only list them (exit 1); a unit test checks this
 """
@@ -15,11 +18,15 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sys
 
 import yaml
 
-ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "roles")
+REPO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROLES_DIR = os.path.join(REPO_DIR, "roles")
+VARIABLES_PATH = os.path.join(REPO_DIR, "plugins", "plugin_utils", "role_variables.py")
+VARIABLE_NAME = re.compile(r"\b((?:sglang|relaunch)_[a-z0-9_]*[a-z0-9])\b")
 SOURCE_ROLE = "settings"
 HEADER = f"""---
 # The sglang_* options of every entry point are copied from roles/{SOURCE_ROLE}/meta/argument_specs.yml by
@@ -94,12 +101,38 @@ def render(specs):
     return HEADER + stream.getvalue()
 
 
+def variable_names():
+    """Every sglang_*/relaunch_* name in the roles' and playbooks' YAML and templates."""
+    names = set()
+    for top in (ROLES_DIR, os.path.join(REPO_DIR, "playbooks")):
+        for directory, _dirs, files in os.walk(top):
+            for name in files:
+                if name.endswith((".yml", ".yaml", ".j2")):
+                    with open(os.path.join(directory, name)) as handle:
+                        names.update(VARIABLE_NAME.findall(handle.read()))
+    return sorted(names)
+
+
+def render_variables(names):
+    lines = "".join(f"    {name!r},\n" for name in names)
+    return ('# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)\n'
+            '"""Every sglang_*/relaunch_* name the roles and playbooks use - options, defaults, facts, registered\n'
+            'results - written by scripts/role_argument_specs.py (a unit test fails when it drifts). A variable a\n'
+            'user sets with one of these prefixes and not in this set does nothing (role_options.unknown_variables)."""\n'
+            f"\nKNOWN_VARIABLES = frozenset((\n{lines}))\n")
+
+
 def drifted():
-    """{path: wanted text} of every role spec that differs from what the shared settings make of it."""
+    """{path: wanted text} of every role spec that differs from what the shared settings make of it, and of the
+    known variable names."""
     shared = shared_options()
     wanted = {spec_path(role): render(with_shared_options(load_specs(role), shared)) for role in target_roles()}
+    wanted[VARIABLES_PATH] = render_variables(variable_names())
     changed = {}
     for path, text in wanted.items():
+        if not os.path.exists(path):
+            changed[path] = text
+            continue
         with open(path) as handle:
             if handle.read() != text:
                 changed[path] = text

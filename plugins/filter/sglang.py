@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 # and importing them all (with the module_utils behind role_options and report) cost each task ~0.2 s of CPU.
 FILTERS = {
     "option_errors": ("role_options", "option_problems", None),
+    "unknown_variables": ("role_options", "unknown_variable_problems", None),
     "topology": ("topology", "host_servers", "TopologyError"),
     "gpu_index_errors": ("topology", "gpu_index_problems", None),
     "launch_argv": ("launch_script", "launch_argv", "LaunchScriptError"),

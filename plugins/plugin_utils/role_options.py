@@ -7,6 +7,9 @@ one place the roles' numeric ranges live (a variable handed to a module takes th
 
 from __future__ import annotations
 
+import difflib
+
+from ansible.utils.display import Display
 from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     LOCK_RANGES,
     PROBE_RANGES,
@@ -19,6 +22,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.draining import (
     router_problems,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
+    as_boolean,
     boolean_problem,
     count,
     fraction,
@@ -32,6 +36,9 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
     expectation_problems,
+)
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_variables import (
+    KNOWN_VARIABLES,
 )
 
 ROLE_OPTION_RANGES = {
@@ -72,7 +79,7 @@ ROLE_OPTION_RANGES = {
 
 # The roles read them with `| bool`; anything but true/false, yes/no, 1/0 is refused (a typo is no silent "true").
 BOOLEAN_OPTIONS = ("sglang_enable_metrics", "sglang_flag_check", "relaunch_halt_on_failure", "relaunch_force_kill_gpu_holders",
-                   "relaunch_kill_stalled", "relaunch_rollback")
+                   "relaunch_kill_stalled", "relaunch_rollback", "relaunch_strict_vars")
 
 # Numeric keys of sglang_speculative (and of a server's speculative override).
 SPECULATIVE_RANGES = {
@@ -148,6 +155,28 @@ def override_problems(server, label):
     if isinstance(server.get("speculative"), dict):
         problems += [f"{label}: {problem}" for problem in speculative_problems(server["speculative"], "speculative")]
     return problems
+
+
+def unknown_variables(names):
+    """``[(name, closest known name or None)]`` of the sglang_*/relaunch_* ``names`` that no role or playbook of the
+    collection uses: a typo (``sglang_tp_szie``) that would otherwise do nothing."""
+    unknown = sorted(set(names) - KNOWN_VARIABLES)
+    return [(name, next(iter(difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.75)), None))
+            for name in unknown]
+
+
+def unknown_variable_problems(names, strict=False):
+    """With ``strict`` (relaunch_strict_vars), a sentence per unknown variable, to fail on before anything is
+    touched; without, each is a warning and nothing fails."""
+    strict = as_boolean(strict) if boolean_problem("relaunch_strict_vars", strict) is None else True
+    sentences = [f"{name} is not a variable of gpuops.sglang, so it does nothing"
+                 + (f" (did you mean {closest}?)" if closest else "")
+                 for name, closest in unknown_variables(names)]
+    if strict:
+        return [sentence + "; relaunch_strict_vars is true" for sentence in sentences]
+    for sentence in sentences:
+        Display().warning(sentence + " (relaunch_strict_vars: true fails the run instead)")
+    return []
 
 
 def option_problems(values):

@@ -208,3 +208,15 @@ def test_a_relaunch_expands_the_topology_once_and_publishes_it_as_one_fact(sim_h
     assert result.module_calls() == ["gpuops.sglang.gpu_info", "gpuops.sglang.server"]
     [server] = result.task("Bring servers")
     assert {entry["name"]: entry["action"] for entry in server["servers"]} == {"gpu0": "launched", "gpu1": "launched"}
+
+
+def test_a_misspelled_variable_is_named_with_the_closest_one_and_fails_the_run_when_strict(sim_host):
+    typo = sim_host.run("deploy", args=("-e", "sglang_tp_szie=2", "--check"), json_output=False)
+    assert typo.rc == 0, typo
+    warning = "sglang_tp_szie is not a variable of gpuops.sglang, so it does nothing (did you mean sglang_tp_size?)"
+    assert warning in " ".join((typo.stdout + typo.stderr).split()), typo.stdout + typo.stderr
+    strict = sim_host.run("deploy", args=("-e", "sglang_tp_szie=2", "-e", "relaunch_strict_vars=true"))
+    assert strict.rc != 0
+    [failed] = [result["msg"] for _name, result, _duration in strict.tasks() if result.get("failed")]
+    assert failed == [warning + "; relaunch_strict_vars is true"]
+    assert strict.module_calls() == [], "refused before any module ran on the host"

@@ -17,6 +17,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.role_options import 
     ROLE_OPTION_RANGES,
     SPECULATIVE_RANGES,
     option_problems,
+    unknown_variable_problems,
+    unknown_variables,
 )
 
 REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
@@ -257,3 +259,13 @@ def test_an_expectation_that_cannot_be_checked_is_refused_before_the_run(expect,
 def test_the_last_type_gaps_of_the_audit_are_named_before_anything_is_touched(values, message):
     [problem] = option_problems(values)
     assert problem.startswith(message), problem
+
+
+def test_unknown_variables_are_named_with_the_closest_known_one():
+    assert unknown_variables(["sglang_tp_size", "relaunch_batch_size", "sglang_tp_szie", "sglang_zzz_qqq"]) == [
+        ("sglang_tp_szie", "sglang_tp_size"), ("sglang_zzz_qqq", None)]
+    assert unknown_variable_problems(["sglang_tp_szie"], strict="yes") == [
+        ("sglang_tp_szie is not a variable of gpuops.sglang, so it does nothing (did you mean sglang_tp_size?); "
+        "relaunch_strict_vars is true")]
+    assert unknown_variable_problems(["sglang_tp_szie"], strict=False) == [], "a warning, not a failure"
+    assert unknown_variable_problems(["sglang_tp_szie"], strict="maybe") != [], "no boolean: strict, fails closed"
