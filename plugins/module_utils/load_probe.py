@@ -51,6 +51,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 
 # Metrics samples, as fractions of the window: one in the steady state, one near the end.
 METRICS_AT = (0.5, 0.9)
@@ -338,8 +339,8 @@ def probe_work(params, servers, refused):
             result["journal_error"] = _journal_probe(params, results, host,
                                                      {name: state for name, _port, state in servers})
         errors = sum(server["errors"] for server in results)
-        result["msg"] = (f"{len(results)} servers probed for {params['duration']:g} s at concurrency "
-                         f"{params['concurrency']}: {host['output_tok_s']} output tok/s, {errors} errors"
+        result["msg"] = (f"{counted(len(results), 'server')} probed for {params['duration']:g} s at concurrency "
+                         f"{params['concurrency']}: {host['output_tok_s']} output tok/s, {counted(errors, 'error')}"
                          + (f"; not probed: {', '.join(item['name'] for item in refused)}" if refused else ""))
         return result
     return work
@@ -359,7 +360,7 @@ def start_probe(params, check_mode):
     if check_mode:
         would_probe = [{"name": name, "port": port, "status": "would_probe"} for name, port, _state in servers]
         return {"changed": False, "servers": refused + would_probe,
-                "msg": f"would probe {len(servers)} servers for {params['duration']:g} s at concurrency "
+                "msg": f"would probe {counted(len(servers), 'server')} for {params['duration']:g} s at concurrency "
                        f"{params['concurrency']}"}
     if not servers:
         raise ProbeError("no server to probe: " + "; ".join(item["error"] for item in refused))

@@ -57,6 +57,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 
 POLL_SECONDS = 0.2
 HEALTH_INTERVAL_SECONDS = 1.0
@@ -387,8 +388,8 @@ def finish(reports, elapsed, check_mode):
     }
     if not_ready:
         reasons = "; ".join(report["msg"] for report in not_ready)
-        result["msg"] = f"{len(not_ready)}/{len(reports)} servers not ready: {reasons}"
+        result["msg"] = f"{len(not_ready)}/{counted(len(reports), 'server')} not ready: {reasons}"
         result["failed"] = not check_mode
     else:
-        result["msg"] = f"all {len(reports)} servers ready"
+        result["msg"] = f"all {counted(len(reports), 'server')} ready" if len(reports) != 1 else "the server is ready"
     return result

@@ -18,6 +18,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
     count_ready,
     progress_suffix,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 
 _PHASE_WORDS = {"capturing_cuda_graph": "capturing cuda graph", "loading_weights": "loading weights",
                 "allocating_memory": "allocating memory", "warming_up": "warming up"}
@@ -69,7 +70,7 @@ def _server_step_words(server):
     step, seconds = server["step"], server["seconds"]
     if step == STEP_DRAINING:
         left = server.get("requests_left")
-        return "draining" + (f", {left} requests left" if left is not None else "") + f" ({seconds:.0f} s)"
+        return "draining" + (f", {counted(left, 'request')} left" if left is not None else "") + f" ({seconds:.0f} s)"
     if step == STEP_STOPPING:
         return f"stopping {seconds:.0f} s after SIGTERM ({server['processes_left']} processes left)"
     if step == STEP_KILLING:
@@ -90,7 +91,7 @@ def _event_words(event):
                else "processes it spawned while shutting down")
         return f"SIGKILL sent {event['after_s']:.0f} s after SIGTERM: {why} ({event['processes']} processes)"
     if kind == "drain_end":
-        return (f"drain_timeout reached after {event['seconds']:.0f} s with {event['requests_left']} requests in "
+        return (f"drain_timeout reached after {event['seconds']:.0f} s with {counted(event['requests_left'], 'request')} in "
                 "flight: stopping it anyway (those requests fail)")
     if kind == "stopped":
         return f"stopped in {event['stop_s']:.1f} s"
@@ -128,7 +129,7 @@ def format_probe_progress(host, progress):
     requests = sum(server["requests"] for server in servers)
     errors = sum(server["errors"] for server in servers)
     rate = f"{tokens / elapsed:.0f} output tok/s so far" if elapsed > 0 else "starting"
-    line = (f"{host}: probing {len(servers)} servers {elapsed:.0f}/{progress['duration']:.0f} s | {rate} | "
-            f"{requests} requests, {errors} errors")
+    line = (f"{host}: probing {counted(len(servers), 'server')} {elapsed:.0f}/{progress['duration']:.0f} s | {rate} | "
+            f"{counted(requests, 'request')}, {counted(errors, 'error')}")
     failing = [server["name"] for server in servers if server["errors"]]
     return line + (f" (errors on {', '.join(failing)})" if failing else "")

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules impo
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     phase_reached,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.outcomes import (
     STARTED_ACTIONS,
     check_headline,
@@ -123,8 +124,8 @@ def drain_and_router_lines(server_results, wait_results):
               if (result.get("drain") or {}).get("outcome") in ("drained", "exited", "timed_out")]
     if drains:
         name, longest = max(drains, key=lambda item: item[1]["seconds"])
-        line = f"drained before the stop: {len(drains)} servers, the longest {longest['seconds']:.1f} s ({name})"
-        cut = [f"{name} ({drain['requests_left']} requests)" for name, drain in drains
+        line = f"drained before the stop: {counted(len(drains), 'server')}, the longest {longest['seconds']:.1f} s ({name})"
+        cut = [f"{name} ({counted(drain['requests_left'], 'request')})" for name, drain in drains
                if drain["outcome"] == "timed_out"]
         if cut:
             line += "; stopped at drain_timeout with requests in flight, which failed: " + ", ".join(cut)
@@ -225,7 +226,7 @@ def throughput_regressions(probe_results, max_drop_percent, canaries=()):
     for name in canaries:
         if name not in measured:
             result = next((result for result in probe_results or [] if result["name"] == name), None)
-            why = (result.get("error") or f"it generated nothing ({result.get('errors', 0)} errors)") if result \
+            why = (result.get("error") or f"it generated nothing ({counted(result.get('errors', 0), 'error')})") if result \
                 else "the probe did not run"
             regressed[name] = f"its throughput was not measured ({why}): a canary stays only on a measured throughput"
     for result in probe_results or []:
@@ -257,10 +258,10 @@ def probe_lines(probe):
         return []
     probed = [result for result in probe["servers"] if result.get("status") == "probed"]
     host = probe.get("host") or {}
-    title = (f"throughput probe ({len(probed)} servers, {host.get('concurrency')} requests in flight, "
+    title = (f"throughput probe ({counted(len(probed), 'server')}, {host.get('concurrency')} requests in flight, "
              f"{host.get('window_s')} s): {host.get('output_tok_s')} output tok/s, {host.get('requests_s')} req/s, "
              f"TTFT p50/p90 {_pair(host.get('ttft_p50_s'), host.get('ttft_p90_s'))} s, e2e p50/p90 "
-             f"{_pair(host.get('e2e_p50_s'), host.get('e2e_p90_s'))} s, {host.get('errors')} errors")
+             f"{_pair(host.get('e2e_p50_s'), host.get('e2e_p90_s'))} s, {counted(host.get('errors'), 'error')}")
     lines = [title]
     rows = [[result["name"], result.get("output_tok_s"), _versus(result), result.get("requests_s"),
              _pair(result.get("ttft_p50_s"), result.get("ttft_p90_s")),

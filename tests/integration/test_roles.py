@@ -6,6 +6,7 @@ tmp_path (``sim_host`` fixture of conftest.py).
 """
 
 import json
+import re
 import os
 import stat
 import subprocess
@@ -220,3 +221,16 @@ def test_a_misspelled_variable_is_named_with_the_closest_one_and_fails_the_run_w
     [failed] = [result["msg"] for _name, result, _duration in strict.tasks() if result.get("failed")]
     assert failed == [warning + "; relaunch_strict_vars is true"]
     assert strict.module_calls() == [], "refused before any module ran on the host"
+
+
+def test_the_summary_table_is_printed_one_row_a_line_by_the_repository_callback_settings(sim_host):
+    # ansible.cfg's YAML results broke lines past 80 columns at a single space: the headline and every sentence.
+    assert sim_host.run("deploy", {"sglang_gpu_count": 1}).rc == 0
+    result = sim_host.run("relaunch", {"sglang_gpu_count": 1, "sglang_mem_fraction_static": 0.5}, json_output=False,
+                          args=("--check",))
+    assert result.rc == 0, result.stdout
+    assert re.search(r"^    - 'check mode, nothing done: would launch 1 \(gpu0\): --mem-fraction-static \S+ -> 0.5; 0 "
+                     r"unchanged'$", result.stdout, re.MULTILINE), result.stdout[-3000:]
+    header = r"^    - server +gpus +port +action +outcome +failed_in +ready_s +max_total_num_tokens +max_running_requests$"
+    assert re.search(header, result.stdout, re.MULTILINE)
+    assert re.search(r"^    - gpu0 +0 +\d+ +launched +would launch +- +- +- +-$", result.stdout, re.MULTILINE)

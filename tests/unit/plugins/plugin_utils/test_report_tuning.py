@@ -85,7 +85,7 @@ def test_probe_table_with_capacity_and_delta():
                           "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1920.0}}}},
                          {"name": "x", "status": "refused", "error": "x not probed: no state file"}]}
     lines = probe_lines(probe)
-    assert lines[0].startswith("throughput probe (1 servers, 96 requests in flight, 30.0 s): 2560.0 output tok/s")
+    assert lines[0].startswith("throughput probe (1 server, 96 requests in flight, 30.0 s): 2560.0 output tok/s")
     assert lines[2].split()[:5] == ["gpu0", "1920.0", "+50%", "vs", "1280"]
     assert lines[2].endswith("mamba pool bound: 32 running = max_running_requests: try no_buffer")
     assert lines[-1] == "x not probed: no state file"
