@@ -6,8 +6,8 @@ tmp_path (``sim_host`` fixture of conftest.py).
 """
 
 import json
-import re
 import os
+import re
 import stat
 import subprocess
 
