@@ -26,7 +26,9 @@ attributes:
   platform:
     platforms: posix
   check_mode:
-    support: none
+    support: full
+    details: In check mode nothing is held (no run_id is returned); the GPUs (O(report_gpus)) and the SGLang of
+      O(sglang_interpreters) are read all the same, so that a check-mode run renders for what the host has.
   diff_mode:
     support: none
 options:
@@ -99,8 +101,12 @@ EXAMPLES = r"""
 RETURN = r"""
 run_id:
   description: The run that holds (or held) the host.
-  returned: always
+  returned: always, but in check mode
   type: str
+held:
+  description: False in check mode, which holds nothing.
+  returned: in check mode
+  type: bool
 taken_over:
   description: The lease of an earlier run this one replaced (expired, dead, or named by O(take_over)); null when none.
   returned: when acquired
@@ -111,7 +117,7 @@ waited:
   type: float
 gpus:
   description: With O(report_gpus), the host's GPUs, as RV(gpuops.sglang.gpu_info#module:gpus) returns them.
-  returned: when acquired with O(report_gpus)
+  returned: when acquired with O(report_gpus), and in check mode
   type: list
   elements: dict
 sglang:
@@ -119,7 +125,7 @@ sglang:
     - With O(sglang_interpreters), what each interpreter has installed - C(interpreter), C(version) (null when there
       is no sglang or it cannot be read) and C(location) (its site directory), or C(problem), one sentence saying why
       there is no version.
-  returned: when acquired
+  returned: when acquired, and in check mode
   type: list
   elements: dict
   sample: [{"interpreter": "/opt/sglang/bin/python", "version": "0.5.23", "location": "/opt/sglang/lib/python3.12/site-packages"}]
@@ -165,7 +171,7 @@ def main():
         "sglang_interpreters": {"type": "list", "elements": "str", "default": []},
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
-    }, required_if=[("state", "released", ("run_id",))])
+    }, required_if=[("state", "released", ("run_id",))], supports_check_mode=True)
     params, state_dir = module.params, module.params["state_dir"]
     problems = option_ranges.range_problems(params, dict(argument_specs.LOCK_RANGES, **argument_specs.GPU_RANGES))
     if problems:
@@ -173,6 +179,16 @@ def main():
     if params["state"] == "released":
         released = run_lock.release(state_dir, params["run_id"])
         module.exit_json(changed=False, released=released, run_id=params["run_id"])
+    if module.check_mode:
+        # Nothing is held: what a run reads in its first round trip is read all the same, so that check mode
+        # renders and checks the launch for the SGLang the host has.
+        read = {"held": False, "sglang": installed_sglang_of(params["sglang_interpreters"])}
+        if params["report_gpus"]:
+            try:
+                read["gpus"] = _gpus(params)
+            except GpuError as exc:
+                module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, **read)
     run = params["run"] or {"run_id": params["run_id"]}
     if not run.get("run_id"):
         module.fail_json(msg="run_id is required (the gpuops.sglang.host_lock action plugin sets it)")
@@ -204,12 +220,16 @@ def main():
         time.sleep(_RETRY_SECONDS)
 
 
+def _gpus(params):
+    """The host's GPUs (raises GpuError)."""
+    return gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"], params["gpu_device_dir"],
+                         None, params["nvidia_driver_dir"], params["state_dir"])
+
+
 def _gpus_or_release(module, state_dir, run_id):
     """The host's GPUs; a failed query gives the hold back first (a run that fails here does nothing else)."""
-    params = module.params
     try:
-        return gpu_inventory(bounded_runner(params["nvidia_smi_timeout"]), params["nvidia_smi"], params["gpu_device_dir"],
-                             None, params["nvidia_driver_dir"], state_dir)
+        return _gpus(module.params)
     except GpuError as exc:
         run_lock.release(state_dir, run_id)
         module.fail_json(msg=str(exc), run_id=run_id, released=True)

@@ -353,8 +353,8 @@ def launch_check(servers, settings):
             continue
         version = _render_version(merged, command[0])
         if not version and installed is None:
-            # Check mode holds nothing, so nothing asked the host which SGLang it has.
-            notes.append(f"the SGLang of {command[0]} on the host was not read (check mode does not hold the host) "
+            # Nothing asked the host which SGLang it has (the launch_scripts role on its own holds nothing).
+            notes.append(f"the SGLang of {command[0]} on the host was not read (nothing held the host) "
                          "and sglang_version is unset: the flags are rendered for no particular version and not "
                          "checked; a real run reads it and may render or refuse otherwise")
         if not version or not _checks_flags(merged):

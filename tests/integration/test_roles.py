@@ -201,12 +201,17 @@ def test_a_relaunch_expands_the_topology_once_and_publishes_it_as_one_fact(sim_h
             for server in expansions[0]] == [
         (f"gpu{index}", sim_host.port(index), [index], str(sim_host.script(f"gpu{index}")),
          str(sim_host.log_dir / f"gpu{index}.log")) for index in range(2)]
-    # After gpu_info only the GPU indexes are checked, against the 8 GPUs the host reported.
+    # After the hold's GPU report only the GPU indexes are checked, against the 8 GPUs the host reported.
     [checked] = result.task("GPU indexes against the host")
     assert checked["action"] == "ansible.builtin.assert" and not checked.get("failed")
-    # Check mode holds nothing. Both calls found the fake GPUs: the options of group gpuops.sglang.gpu (the fake
-    # nvidia-smi and device directories) reached them through the role's module_defaults.
-    assert result.module_calls() == ["gpuops.sglang.gpu_info", "gpuops.sglang.server"]
+    # Check mode holds nothing, but reads what a run reads first: the GPUs and the SGLang installed. Both calls found
+    # the fake GPUs: the options of group gpuops.sglang.gpu (the fake nvidia-smi and device directories) reached
+    # them through the role's module_defaults.
+    assert result.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.server"]
+    [hold] = [task for task in result.task("Hold the host") if task.get("action") == "gpuops.sglang.host_lock"]
+    assert hold["held"] is False and "run_id" not in hold and len(hold["gpus"]) == 8
+    assert hold["sglang"][0]["interpreter"] == sim_host.host_vars["sglang_server_command"][0]
+    assert not (sim_host.dir / "state" / "run.json").exists(), "nothing held"
     [server] = result.task("Bring servers")
     assert {entry["name"]: entry["action"] for entry in server["servers"]} == {"gpu0": "launched", "gpu1": "launched"}
 

@@ -182,7 +182,8 @@ def test_api_key_and_eight_scripts_arrive_intact_and_the_key_is_never_shown(host
     deploy, commands = playbook(host, "playbooks/deploy.yml", *key, "-e", "sglang_max_running_requests=128",
                                 "--check", "--diff", "-vvv")
     assert deploy.returncode == 0, output(deploy)
-    assert pipelined_runs(commands) == {"launch_scripts": 1}
+    # Check mode holds nothing but reads the host's SGLang (the hold's module, held: false) to render for it.
+    assert pipelined_runs(commands) == {"host_lock": 1, "launch_scripts": 1}
     assert "+    --max-running-requests 128 \\" in deploy.stdout and "changed=1" in deploy.stdout
     assert api_key not in output(deploy)
     assert pct(host, "exec", str(host["vmid"]), "--", "sha256sum", *sorted(rendered)).stdout == written.stdout

@@ -277,7 +277,7 @@ def test_parse_version():
 
 def test_a_render_without_the_host_sglang_says_what_it_did_not_check():
     notes = launch_check([SERVER], dict(SETTINGS, version=None, installed_sglang=[]))["notes"]
-    assert notes == [("the SGLang of python3 on the host was not read (check mode does not hold the host) and "
+    assert notes == [("the SGLang of python3 on the host was not read (nothing held the host) and "
                       "sglang_version is unset: the flags are rendered for no particular version and not checked; a "
                       "real run reads it and may render or refuse otherwise")]
     installed = [{"interpreter": "python3", "version": "0.5.23"}]
