@@ -36,4 +36,4 @@ def test_status_reports_every_node_by_its_own_truth(inventory_hostname):
         pytest.skip("status.yml covers both nodes; run once")
     result = run_playbook("status.yml", "-e", json.dumps({"relaunch_progress_interval": 3}))[0]
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
-    assert result.stdout.count("1/1 serving") == 2, result.stdout[-5000:]
+    assert result.stdout.count("1/1 servers ready") == 2, result.stdout[-5000:]
