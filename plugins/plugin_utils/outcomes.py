@@ -26,7 +26,8 @@ Outcome = collections.namedtuple("Outcome", "name outcome serving why")
 STARTED_ACTIONS = ("launched", "relaunched")
 
 
-def _by_name(results):
+def by_name(results):
+    """{name: result} of module results (server, wait, rollback records)."""
     return {result["name"]: result for result in results or []}
 
 
@@ -75,7 +76,7 @@ def checked_outcome(server, acted):
 
 def relaunch_outcomes(servers, server_results, wait_results, rollbacks=None, check_mode=False):
     """The Outcome of every server of the run, in the order of ``servers``."""
-    actions, waits, rolled_back = _by_name(server_results), _by_name(wait_results), _by_name(rollbacks)
+    actions, waits, rolled_back = by_name(server_results), by_name(wait_results), by_name(rollbacks)
     if check_mode:
         return [checked_outcome(server, actions.get(server["name"])) for server in servers]
     return [server_outcome(server, actions.get(server["name"]), waits.get(server["name"]),

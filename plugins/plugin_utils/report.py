@@ -23,6 +23,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.outcomes import (
     STARTED_ACTIONS,
+    by_name,
     check_headline,
     headline,
     relaunch_outcomes,
@@ -38,10 +39,6 @@ def _table(header, rows):
     cells = [header] + [["-" if cell is None else str(cell) for cell in row] for row in rows]
     widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
-
-
-def _by_name(results):
-    return {result["name"]: result for result in results or []}
 
 
 def _gpus(server):
@@ -87,7 +84,7 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     changed since each server's last good run and, with a throughput ``probe`` result, its figures. The SGLang the
     host has installed (``installed_sglang``, host_lock's ``sglang``) follows the first line. In ``check_mode``
     the headline says what would be done (outcomes.check_headline), and nothing about readiness."""
-    actions, waits, rolled_back = _by_name(server_results), _by_name(wait_results), _by_name(rollbacks)
+    actions, waits, rolled_back = by_name(server_results), by_name(wait_results), by_name(rollbacks)
     verdicts = relaunch_outcomes(servers, server_results, wait_results, rollbacks, check_mode)
     rows = []
     for server, outcome in zip(servers, verdicts):
@@ -166,7 +163,7 @@ def rollback_outcomes(server_results, wait_results, reasons=None):
 
     ``reasons``: {name: why} for servers rolled back although they came up (a canary whose throughput regressed).
     """
-    waits = _by_name(wait_results)
+    waits = by_name(wait_results)
     outcomes = []
     for result in server_results or []:
         rollback = result.get("rollback") or {}
@@ -334,7 +331,7 @@ TRACEBACK_TAIL_LINES = 12
 def relaunch_failures(servers, wait_results, server_results=None, rollbacks=None):
     """Why each server is not ready (with the tail of its traceback); halted batches were never waited for. A
     server that was rolled back says where to and whether it serves again - the run fails all the same."""
-    waits, actions, rolled_back = _by_name(wait_results), _by_name(server_results), _by_name(rollbacks)
+    waits, actions, rolled_back = by_name(wait_results), by_name(server_results), by_name(rollbacks)
     failures = []
     for server in servers:
         waited = waits.get(server["name"])
@@ -421,7 +418,7 @@ def expectation_failures(wait_results, expect, probe_results=None):
     A fact is what the server configured or, with ``probe_results``, a figure its throughput probe measured;
     ``max_drop_percent`` compares with the last good run of the same model (nothing to compare: no failure).
     """
-    probes = _by_name(probe_results)
+    probes = by_name(probe_results)
     probes_before = {name: {key: pair["before"] for key, pair in ((probe.get("since_last_good") or {}).get("probe")
                                                                   or {}).items()}
                      for name, probe in probes.items()}
@@ -458,7 +455,7 @@ def _nccl_state(nccl):
 
 def fleet_status(servers, info_results, gpus):
     """Status table of one host: health, phase, usage, throughput, NCCL check, GPU memory per server."""
-    infos = _by_name(info_results)
+    infos = by_name(info_results)
     memory = {gpu["index"]: gpu for gpu in gpus or []}
     rows = []
     for server in servers:
