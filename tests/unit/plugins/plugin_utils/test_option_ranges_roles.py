@@ -266,6 +266,6 @@ def test_unknown_variables_are_named_with_the_closest_known_one():
         ("sglang_tp_szie", "sglang_tp_size"), ("sglang_zzz_qqq", None)]
     assert unknown_variable_problems(["sglang_tp_szie"], strict="yes") == [
         ("sglang_tp_szie is not a variable of gpuops.sglang, so it does nothing (did you mean sglang_tp_size?); "
-        "relaunch_strict_vars is true")]
+         "relaunch_strict_vars is true")]
     assert unknown_variable_problems(["sglang_tp_szie"], strict=False) == [], "a warning, not a failure"
     assert unknown_variable_problems(["sglang_tp_szie"], strict="maybe") != [], "no boolean: strict, fails closed"
