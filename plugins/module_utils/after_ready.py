@@ -25,6 +25,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     last_good,
     launchers,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    gpus_of,
+    model_of,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readiness_rules import (
     STATES,
 )
@@ -174,11 +178,20 @@ def journal_relaunch(params, trackers, states):
     for tracker in trackers:
         # A rollback compares with what ran before this run, and records this run's failed attempt.
         before = run_id if tracker.action == journal.ROLLED_BACK else None
+        settings = (states[tracker.name] or {}).get("settings")
+        model = model_of(settings)
+        # A renamed server (same model, same GPUs) is compared with what came up under its old name.
+        good = journal.last_good(earlier, tracker.name, model, before_run_id=run_id, gpus=gpus_of(settings))
+        previous = journal.previous_settings(earlier, tracker.name, before) or (
+            good["entry"].get("settings") if good and good.get("name") else None)
         entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, states[tracker.name],
-                                       tracker.action, journal.previous_settings(earlier, tracker.name, before),
-                                       this_run["servers"].get(tracker.name))
+                                       tracker.action, previous, this_run["servers"].get(tracker.name))
         entries[tracker.name] = entry
-        good = journal.last_good(earlier, tracker.name, entry.get("model"), before_run_id=run_id)
         tracker.result["since_last_good"] = journal.compare(good, entry) if good else None
+        if good is None:
+            # Not "never ran here" when it came up under other names (a new tp_size merged or split servers).
+            came_up_as = journal.model_came_up_as(earlier, model, before_run_id=run_id)
+            if came_up_as:
+                tracker.result["model_came_up_as"] = came_up_as
         tracker.result["journal"] = entry
     return journal.append(state_dir, journal.run_header(state_dir, "relaunch", run_id), entries)

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.fact_table import (
     POOL_FACTS,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    gpus_of,
     model_of,
     setting_changes,
 )
@@ -132,31 +133,48 @@ def runs(records):
     return [merged[key] for key in order]
 
 
-def last_good(merged_runs, name, model=None, before_run_id=None):
+def _before(merged_runs, run_id):
+    """The runs before ``run_id`` (all when it is None or not among them)."""
+    ids = [run["run_id"] for run in merged_runs]
+    return merged_runs[:ids.index(run_id)] if run_id and run_id in ids else merged_runs
+
+
+def _came_up(run, entry, model):
+    return (run["job"] == "relaunch" and bool(entry) and entry.get("outcome") == "ready"
+            and (model is None or model_of(entry.get("settings")) == model))
+
+
+def last_good(merged_runs, name, model=None, before_run_id=None, gpus=None):
     """The newest relaunch in which server ``name`` came up (of ``model`` when given), as
-    ``{"run_id", "time", "entry"}``; runs from ``before_run_id`` on are not looked at."""
-    candidates = merged_runs
-    if before_run_id:
-        ids = [run["run_id"] for run in merged_runs]
-        if before_run_id in ids:
-            candidates = merged_runs[:ids.index(before_run_id)]
+    ``{"run_id", "time", "entry"}``; runs from ``before_run_id`` on are not looked at.
+
+    A server that never came up under its name but was renamed (the same ``model`` on the same ``gpus``, its
+    CUDA_VISIBLE_DEVICES) is compared with what came up under the old name: the result then names it
+    (``"name"``)."""
+    candidates = _before(merged_runs, before_run_id)
     for run in reversed(candidates):
         entry = run["servers"].get(name)
-        if run["job"] != "relaunch" or not entry or entry.get("outcome") != "ready":
-            continue
-        if model is not None and model_of(entry.get("settings")) != model:
-            continue
-        return {"run_id": run["run_id"], "time": run["time"], "entry": entry}
+        if _came_up(run, entry, model):
+            return {"run_id": run["run_id"], "time": run["time"], "entry": entry}
+    if model is None or gpus is None:
+        return None
+    for run in reversed(candidates):
+        for other, entry in sorted(run["servers"].items()):
+            if other != name and _came_up(run, entry, model) and gpus_of(entry.get("settings")) == gpus:
+                return {"run_id": run["run_id"], "time": run["time"], "entry": entry, "name": other}
     return None
+
+
+def model_came_up_as(merged_runs, model, before_run_id=None):
+    """The names under which ``model`` came up on this host (when a server has no last good run of its own)."""
+    return sorted({name for run in _before(merged_runs, before_run_id) for name, entry in run["servers"].items()
+                   if model is not None and _came_up(run, entry, model)})
 
 
 def previous_settings(merged_runs, name, before_run_id=None):
     """The settings of the newest relaunch entry of ``name`` that recorded them (whatever its outcome); runs from
     ``before_run_id`` on are not looked at."""
-    ids = [run["run_id"] for run in merged_runs]
-    if before_run_id in ids:
-        merged_runs = merged_runs[:ids.index(before_run_id)]
-    for run in reversed(merged_runs):
+    for run in reversed(_before(merged_runs, before_run_id)):
         entry = run["servers"].get(name) or {}
         if run["job"] == "relaunch" and entry.get("settings"):
             return entry["settings"]
@@ -172,7 +190,7 @@ def compare(good, entry):
     """``entry`` against a last good run: what settings changed, and the facts, timings and probe side by side."""
     previous = good["entry"]
     probe_before, probe_after = previous.get("probe") or {}, entry.get("probe") or {}
-    return {
+    compared = {
         "run_id": good["run_id"],
         "time": good["time"],
         "changed": setting_changes(previous.get("settings"), entry.get("settings")),
@@ -180,6 +198,9 @@ def compare(good, entry):
         "timings": _pairs(previous.get("timings") or {}, entry.get("timings") or {}, ("ready_s",)),
         "probe": _pairs(probe_before, probe_after, ("output_tok_s", "ttft_p50_s", "e2e_p50_s")),
     }
+    if good.get("name"):
+        compared["name"] = good["name"]
+    return compared
 
 
 # ---- pure: the entries a job writes --------------------------------------------------------------

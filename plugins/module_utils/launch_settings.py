@@ -90,6 +90,11 @@ def model_of(settings):
     return flags.get("--model-path") or flags.get("--model")
 
 
+def gpus_of(settings):
+    """The GPUs a launch runs on (its CUDA_VISIBLE_DEVICES, as written), or None."""
+    return ((settings or {}).get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+
+
 def node_rank_of(settings):
     """The --node-rank of a launch (a node of a multi-node group), or None when it has none or it is no number."""
     rank = ((settings or {}).get("flags") or {}).get("--node-rank")

@@ -116,6 +116,10 @@ class Launcher:
     def stopped(self, name):
         """The server was stopped for good (state=stopped), or is launched by another launcher now."""
 
+    def release(self, name):
+        """The server left the topology (renamed, or merged by a new tp_size) and its processes are about to be
+        stopped as the ones in the way of the servers that need their GPUs or ports: nothing may bring it back."""
+
     def status(self, name, recorded):
         """What the launcher itself knows of the server, for status reports: at least ``{"launcher": name}``."""
         return {"launcher": self.name}
@@ -325,6 +329,11 @@ class SystemdLauncher(Launcher):
         killed = self.owner.kill_now(name, recorded)
         self.stopped(name)
         return sorted(set(alive) | set(killed))
+
+    def release(self, name):
+        # Deactivated first, so that a process killed in it is not restarted (Restart=on-failure); then disabled.
+        self._systemctl("stop", "--no-block", self.unit(name), check=False)
+        self.stopped(name)
 
     def stopped(self, name):
         # Stopped means stopped also after a reboot.

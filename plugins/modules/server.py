@@ -426,6 +426,16 @@ stale_killed:
   type: list
   elements: dict
   sample: [{"pid": 3000, "cmdline": "sglang::scheduler", "server": "old-name", "holds": "GPU 2", "signal": "SIGTERM"}]
+removed:
+  description:
+    - The servers of RV(stale_killed) (renamed or removed from the topology), each with the launch script it ran,
+      which stays in place. Their launcher let them go first (a systemd unit is stopped and disabled, so neither
+      its restart policy nor a reboot brings the server back); C(error) says why it could not. In check mode,
+      those that would be stopped.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "gpu1", "launch_script": "/opt/sglang/bin/gpu1.sh"}]
 foreign_killed:
   description: Foreign GPU holders killed because O(force_kill_gpu_holders=true).
   returned: always

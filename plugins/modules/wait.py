@@ -318,6 +318,8 @@ servers:
         - This run against the last earlier run in which the server came up with the same model; null when there
           is none. C(run_id), C(time), C(changed) (C(setting), C(before), C(after)), and C(facts), C(timings),
           C(probe), each mapping a name to its C(before) and C(after).
+        - A server renamed since (no run of its own under this name) is compared with the one that ran the same
+          model on the same GPUs (C(CUDA_VISIBLE_DEVICES)); C(name) then says which.
       returned: when O(journal), outside check mode
       type: dict
       sample:
@@ -325,6 +327,14 @@ servers:
         changed: [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
         facts: {"max_running_requests": {"before": 32, "after": 53}}
         timings: {"ready_s": {"before": 212.0, "after": 95.0}}
+    model_came_up_as:
+      description:
+        - When RV(servers[].since_last_good) is null but the model came up on this host under other server names
+          (another topology, e.g. another C(tp_size)), those names - nothing to compare, but not a model new here.
+      returned: when it applies
+      type: list
+      elements: str
+      sample: ["gpu0", "gpu1"]
 """
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (

@@ -78,12 +78,13 @@ def _row_status(outcome, waited, acted):
 
 
 def relaunch_summary(servers, server_results, wait_results, interrupted_runs=None, probe=None, rollbacks=None,
-                     installed_sglang=None, check_mode=False):
+                     installed_sglang=None, check_mode=False, removed=None):
     """The headline (what serves at the end: outcomes.headline), then one line per server: GPUs, port, what the
     server module did, its outcome and what it configured (a rolled-back server: what it serves again); then what
     changed since each server's last good run and, with a throughput ``probe`` result, its figures. The SGLang the
     host has installed (``installed_sglang``, host_lock's ``sglang``) follows the first line. In ``check_mode``
-    the headline says what would be done (outcomes.check_headline), and nothing about readiness."""
+    the headline says what would be done (outcomes.check_headline), and nothing about readiness. The servers
+    ``removed`` from the topology (the server module's ``removed``) are named after the table."""
     actions, waits, rolled_back = by_name(server_results), by_name(wait_results), by_name(rollbacks)
     verdicts = relaunch_outcomes(servers, server_results, wait_results, rollbacks, check_mode)
     rows = []
@@ -101,9 +102,22 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     header = ["server", "gpus", "port", "action", "outcome", "failed_in", "ready_s", *SUMMARY_COLUMNS]
     return ([check_headline(verdicts) if check_mode else headline(verdicts)] + interrupted_lines(interrupted_runs)
             + installed_lines(installed_sglang)
-            + _table(header, rows) + drain_and_router_lines(server_results, wait_results)
+            + _table(header, rows) + removed_lines(removed, check_mode) + drain_and_router_lines(server_results, wait_results)
             + since_last_good_lines(servers, actions, waits, verdicts) + rollback_lines(rollbacks)
             + probe_lines(probe))
+
+
+def removed_lines(removed, check_mode=False):
+    """The servers gone from the topology (renamed, or merged by a new tp_size) that were stopped, and the launch
+    scripts they leave behind."""
+    if not removed:
+        return []
+    names = ", ".join(entry["name"] for entry in removed)
+    scripts = [entry["launch_script"] for entry in removed if entry.get("launch_script")]
+    line = f"{'would stop' if check_mode else 'stopped'} {counted(len(removed), 'server')} no longer in the topology: {names}"
+    errors = [f"{entry['name']}: {entry['error']}" for entry in removed if entry.get("error")]
+    return ([line + (f"; their launch scripts stay: {', '.join(scripts)}" if scripts else "")]
+            + ([f"could not disable what would start them again: {'; '.join(errors)}"] if errors else []))
 
 
 def installed_lines(installed_sglang):
@@ -317,8 +331,12 @@ def since_last_good_lines(servers, actions, waits, verdicts=None):
         outcome = outcomes.get(server["name"], "ready")
         label = server["name"] + (f" ({outcome}: not live)" if outcome in ("rolled back", "failed") else "")
         if compared:
-            lines.append(f"{label} vs run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
+            renamed = f"{compared['name']} (the same model on the same GPUs) in " if compared.get("name") else ""
+            lines.append(f"{label} vs {renamed}run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
                          f"{comparison_text(compared)}")
+        elif waited.get("model_came_up_as"):
+            lines.append(f"{label}: first start on its GPUs; the model came up here before as "
+                         f"{', '.join(waited['model_came_up_as'])} (another topology: nothing to compare)")
         elif "since_last_good" in waited:
             lines.append(f"{label}: no earlier run of this model came up on this host (nothing to compare)")
     return (["since the last good run:"] + ["  " + line for line in lines]) if lines else []

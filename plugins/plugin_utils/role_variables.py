@@ -72,6 +72,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_progress_interval',
     'relaunch_ready_servers',
     'relaunch_released',
+    'relaunch_removed_servers',
     'relaunch_rest',
     'relaunch_rollback',
     'relaunch_rollback_reasons',

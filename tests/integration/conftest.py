@@ -440,7 +440,8 @@ class SimHost:
         self.runs += 1
         extra = self.dir / f"extra-{self.runs}.json"
         extra.write_text(json.dumps(extra_vars or {}))
-        env = dict(self.env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json" if json_output else "ansible.builtin.default")
+        # Text output is what the operator reads: the stdout callback of the repository's ansible.cfg.
+        env = dict(self.env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json") if json_output else self.env
         argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(self.inventory), "-e", f"@{extra}",
                 os.path.join(REPO_ROOT, "playbooks", f"{playbook}.yml"), *args]
         completed = subprocess.run(argv, check=False, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,

@@ -239,3 +239,23 @@ def test_the_summary_table_is_printed_one_row_a_line_by_the_repository_callback_
     header = r"^    - server +gpus +port +action +outcome +failed_in +ready_s +max_total_num_tokens +max_running_requests$"
     assert re.search(header, result.stdout, re.MULTILINE)
     assert re.search(r"^    - gpu0 +0 +\d+ +launched +would launch +- +- +- +-$", result.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize("value, sentence", [
+    ("3", ("gpu_count=8 cannot be split into servers of tp_size*dp_size=3 GPUs; use a tp_size*dp_size that divides "
+           "the GPU count")),  # a filter's refusal inside set_fact
+    ("0", "sglang_tp_size=0 is out of range: use 1-1024"),  # an assert
+    ("abc", "argument 'sglang_tp_size' is of type str and we were unable to convert to int"),  # the argument spec
+])
+def test_a_refusal_reaches_the_operator_once_as_its_own_sentence(sim_host, value, sentence):
+    # Through the repository's stdout callback (gpuops.sglang.operator), as an operator runs it.
+    result = sim_host.run("relaunch", args=("-e", f"sglang_tp_size={value}"), json_output=False)
+    assert result.rc != 0
+    output = result.stdout + result.stderr
+    assert output.count(sentence) == 1, output
+    for wrapper in ("[ERROR]", "Task failed", "Finalization of task args", "The filter plugin", "argument_spec_data",
+                    "evaluated_to", "failed_when"):
+        assert wrapper not in output, (wrapper, output)
+    # The argument spec's failure was 216 lines of output, most of them the role's whole spec.
+    assert len(output.splitlines()) < 40, output
+    assert not sim_host.script_dir.exists(), "refused before anything was written"

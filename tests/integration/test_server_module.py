@@ -320,9 +320,10 @@ def test_stale_server_on_needed_gpu_is_stopped(server, make_server, fake_gpus, h
     # Recorded in this state_dir: a server that was renamed away, stopped with the rest.
     stale_state = os.path.join(host_args["state_dir"], "renamed-away.json")
     with open(stale_state, "w") as handle:
-        json.dump({"name": "renamed-away", "pid": old.pid, "gpus": [5]}, handle)
+        json.dump({"name": "renamed-away", "pid": old.pid, "gpus": [5], "launch_script": "/x/renamed-away.sh"}, handle)
     result = server([alpha])
     assert not result.get("failed"), result.get("msg")
+    assert result["removed"] == [{"name": "renamed-away", "launch_script": "/x/renamed-away.sh"}]
     [stale] = result["stale_killed"]
     assert (stale["pid"], stale["server"], stale["holds"], stale["signal"]) == (
         old.pid, "renamed-away", "GPU 5", "SIGTERM")

@@ -61,9 +61,31 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     failure = " ".join(shrunk.task("relaunch_expect")[0]["msg"])
     assert "gpu0: max_total_num_tokens=" in failure and "dropped" in failure and "at most 10 % allowed" in failure
 
-    status = sim_host.run("status", settings)
+    # A new tp_size merges the two servers into one: the summary names the servers it stopped and their scripts,
+    # and does not claim the model never ran here.
+    merged_settings = dict(settings, sglang_mamba_scheduler_strategy="no_buffer", sglang_tp_size=2)
+    merged = sim_host.run("relaunch", merged_settings)
+    assert merged.rc == 0, merged.stdout
+    lines = summary(merged)
+    assert (f"stopped 2 servers no longer in the topology: gpu0, gpu1; their launch scripts stay: "
+            f"{sim_host.script('gpu0')}, {sim_host.script('gpu1')}") in lines, lines
+    assert ("gpu0-1: first start on its GPUs; the model came up here before as gpu0, gpu1 (another topology: "
+            "nothing to compare)") in [line.strip() for line in lines], lines
+    # Renamed on the same GPUs: compared with what ran under the old name.
+    renamed = sim_host.run("relaunch", dict(merged_settings, sglang_servers=[
+        {"name": "main", "port": sim_host.port(0), "gpus": [0, 1], "tp_size": 2}]))
+    assert renamed.rc == 0, renamed.stdout
+    lines = [line.strip() for line in summary(renamed)]
+    assert any(line.startswith("stopped 1 server no longer in the topology: gpu0-1") for line in lines), lines
+    [compared] = [line for line in lines if line.startswith("main vs ")]
+    assert compared.startswith("main vs gpu0-1 (the same model on the same GPUs) in run "), compared
+    assert "ready " in compared, "its startup compared with the old name's"
+
+    status = sim_host.run("status", dict(merged_settings, sglang_servers=[
+        {"name": "main", "port": sim_host.port(0), "gpus": [0, 1], "tp_size": 2}]))
     assert status.rc == 0
-    stop = sim_host.run("stop", settings)
+    stop = sim_host.run("stop", dict(merged_settings, sglang_servers=[
+        {"name": "main", "port": sim_host.port(0), "gpus": [0, 1], "tp_size": 2}]))
     assert stop.rc == 0
 
     history = sim_host.run("history", {"relaunch_history_last": 10})
@@ -71,7 +93,7 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     table = history.task("Run history")[0]["msg"]
     assert table[0].split()[:3] == ["time", "job", "run"]
     jobs = [line.split()[2] for line in table[1:]]
-    assert jobs == ["relaunch", "relaunch", "relaunch", "status", "stop"]
+    assert jobs == ["relaunch"] * 5 + ["status", "stop"]
     assert "--mamba-scheduler-strategy" in table[2]
     runs = history.task("Publish the runs")[0]["ansible_facts"]["relaunch_history"]
     assert runs[2]["servers"]["gpu0"]["outcome"] == "ready"

@@ -91,6 +91,10 @@ class ServerControl:
         self.minors = {}  # GPU index -> device minor, from the GPUs nvidia-smi lists
         self.foreign = {}
         self.stale = {}
+        # Servers gone from the topology whose processes this call stops: name -> their state file (their launch
+        # script is left in place).
+        self.removed = {}
+        self.release_errors = {}  # name -> why its launcher could not let it go (release_removed)
         self.timings = {}
         # What happened to whom, in order, for the progress lines: {"server", "event", "at_s", ...}.
         self.events = []
@@ -262,6 +266,7 @@ class ServerControl:
                 # The whole stale server goes, not only the process in the way: its state file is removed.
                 stale, _group = self.owner.of_server(owner.server, stale_state)
                 stale[pid] = info
+                self.removed[owner.server] = stale_state
                 for stale_pid, stale_info in stale.items():
                     entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
                     if stale_pid == pid:

@@ -88,6 +88,9 @@ def result(control, runs):
         "servers": [_server_result(control, run) for run in runs],
         "down": [run.name for run in failed if run.down],
         "stale_killed": [control.stale[pid] for pid in sorted(control.stale)],
+        "removed": [dict({"name": name, "launch_script": state.get("launch_script")},
+                         **({"error": control.release_errors[name]} if name in control.release_errors else {}))
+                    for name, state in sorted(control.removed.items())],
         "foreign_killed": [control.foreign[pid] for pid in sorted(control.foreign)],
         "timings": control.timings,
         # The servers that change, after their scripts' diffs (server.py orders them): what runs, not the flags.

@@ -12,12 +12,18 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle import (
     step_table,
     steps,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.plan import (
+    stop_launcher_of,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
     journaled,
     result,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.run import (
     ServerRun,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
+    LauncherError,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
@@ -38,12 +44,23 @@ def guarded(control, run, now, step, *args):
         steps.fail(control, run, now, scrub_text(f"{run.name} {stopped}: {type(exc).__name__}: {exc}"), down=True)
 
 
+def release_removed(control):
+    """Servers gone from the topology: each launcher lets its server go before the processes are stopped in the way
+    of the others (a systemd unit is deactivated and disabled); why one could not is kept for the result."""
+    for name, recorded in control.removed.items():
+        try:
+            stop_launcher_of(recorded, control.launchers).release(name)
+        except LauncherError as exc:
+            control.release_errors[name] = str(exc)
+
+
 def act(control, plans, progress):
     """The sequence, per server at its own pace; ``progress(snapshot)`` is called about once a second. Returns the
     result of the ServerRun of every plan."""
     runs = [ServerRun(plan) for plan in plans]
     acting = [run for run in runs if run.plan.changes]
     started = control.act_started = time.monotonic()
+    release_removed(control)
     for run in acting:
         run.stop_started = started
         if not run.targets():

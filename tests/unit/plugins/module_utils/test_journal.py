@@ -75,6 +75,31 @@ def test_last_good_skips_failures_other_models_and_the_current_run():
     assert journal.previous_settings(runs, "gpu0") == SETTINGS_B
 
 
+def on_gpus(settings, gpus):
+    return dict(settings, env={"CUDA_VISIBLE_DEVICES": gpus})
+
+
+def test_a_renamed_server_is_compared_with_the_old_name_on_the_same_model_and_gpus():
+    runs = journal.runs([
+        line("r1", {"gpu0": entry(settings=on_gpus(SETTINGS_A, "0")), "gpu1": entry(settings=on_gpus(SETTINGS_A, "1"))}),
+        line("r2", {"gpu0-1": entry(settings=on_gpus(SETTINGS_A, "0,1"))}),
+        line("r3", {"main": entry("crashed", on_gpus(SETTINGS_A, "0,1"))}),
+    ])
+    renamed = journal.last_good(runs, "main", "/m/a", gpus="0,1")
+    assert (renamed["run_id"], renamed["name"]) == ("r2", "gpu0-1")
+    assert journal.compare(renamed, entry(settings=on_gpus(SETTINGS_B, "0,1")))["name"] == "gpu0-1"
+    assert journal.last_good(runs, "main", "/m/other", gpus="0,1") is None, "another model is no rename"
+    assert journal.last_good(runs, "main", "/m/a", gpus="2") is None, "other GPUs are no rename"
+    assert journal.last_good(runs, "main", "/m/a") is None, "without the GPUs: by name only"
+    assert journal.last_good(runs, "gpu0", "/m/a", gpus="0,1")["run_id"] == "r1", "its own name first"
+    assert "name" not in journal.compare(journal.last_good(runs, "gpu0", "/m/a"), entry())
+    # A new topology (tp_size 1 -> 2): no rename, but the model is no stranger here.
+    assert journal.last_good(runs, "gpu0-3", "/m/a", gpus="0,1,2,3") is None
+    assert journal.model_came_up_as(runs, "/m/a") == ["gpu0", "gpu0-1", "gpu1"]
+    assert journal.model_came_up_as(runs, "/m/a", before_run_id="r2") == ["gpu0", "gpu1"]
+    assert journal.model_came_up_as(runs, "/m/other") == []
+
+
 def test_compare_gives_changes_and_deltas():
     good = {"run_id": "r1", "time": 1.0, "entry": dict(entry(max_running_requests=32, max_total_num_tokens=1210000,
                                                              ready_s=212.0), probe={"output_tok_s": 1280.0})}

@@ -149,3 +149,11 @@ def test_a_unit_file_at_our_name_that_is_not_ours_is_never_overwritten(tmp_path)
     with pytest.raises(LauncherError, match="is not this deployment's unit of gpu0 .*refusing to overwrite it"):
         launcher.prepare([plan], check_mode=False)
     assert (tmp_path / name).read_text() == "[Service]\nExecStart=/bin/true\n"
+
+
+def test_a_server_gone_from_the_topology_is_deactivated_before_its_kill_and_disabled(tmp_path):
+    # Killed while its unit is active, Restart=on-failure would start it again; left enabled, a reboot would.
+    launcher, systemctl = launcher_with_units(tmp_path, "/var/lib/a", {})
+    launcher.release("gpu1")
+    unit = unit_name("gpu1", "/var/lib/a")
+    assert systemctl.calls[:3] == [("stop", "--no-block", unit), ("disable", "--quiet", unit), ("reset-failed", unit)]

@@ -48,6 +48,25 @@ def test_summary_compares_only_relaunched_servers():
     assert first[-1] == "  gpu0: no earlier run of this model came up on this host (nothing to compare)"
 
 
+def test_a_new_topology_names_the_servers_it_removed_and_where_the_model_ran_before():
+    merged = {"name": "gpu0-1", "gpus": [0, 1], "port": 30000}
+    waits = [{"name": "gpu0-1", "status": "ready", "facts": {}, "since_last_good": None,
+              "model_came_up_as": ["gpu0", "gpu1"]}]
+    removed = [{"name": "gpu0", "launch_script": "/s/gpu0.sh"}, {"name": "gpu1", "launch_script": "/s/gpu1.sh"}]
+    lines = relaunch_summary([merged], [{"name": "gpu0-1", "action": "launched"}], waits, removed=removed)
+    assert "stopped 2 servers no longer in the topology: gpu0, gpu1; their launch scripts stay: /s/gpu0.sh, " \
+           "/s/gpu1.sh" in lines
+    assert lines[-1] == ("  gpu0-1: first start on its GPUs; the model came up here before as gpu0, gpu1 (another "
+                         "topology: nothing to compare)")
+    checked = relaunch_summary([merged], [{"name": "gpu0-1", "action": "launched"}], [], check_mode=True,
+                               removed=removed[:1])
+    assert "would stop 1 server no longer in the topology: gpu0; their launch scripts stay: /s/gpu0.sh" in checked
+    renamed = [dict(waits[0], since_last_good=dict(COMPARED, name="gpu0-1"))]
+    main = dict(merged, name="main")
+    lines = relaunch_summary([main], [{"name": "main", "action": "launched"}], [dict(renamed[0], name="main")])
+    assert lines[-1].startswith("  main vs gpu0-1 (the same model on the same GPUs) in run 3f2a9c01 of ")
+
+
 def waited(value, before):
     compared = dict(COMPARED, facts={"max_total_num_tokens": {"before": before, "after": value}})
     return {"name": "gpu0", "status": "ready", "facts": {"max_total_num_tokens": value}, "since_last_good": compared}

@@ -1,0 +1,63 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A failed task's result as the operator should read it: its own sentence, once. Pure, for the stdout callback
+gpuops.sglang.operator (plugins/callback/operator.py).
+
+ansible-core prints every failure twice (an ``[ERROR]`` block from the result's exception, then the result) and
+wraps a message raised while templating or in an action in its own words (``Task failed: Finalization of task
+args for 'ansible.builtin.set_fact' failed: Error while resolving value for ...: The filter plugin ... failed:``).
+What Ansible adds to restate a failure for itself - a role's whole argument spec, an assert's expression, a
+failed_when's verdict - is left out too. At -vvv nothing is touched."""
+
+from __future__ import annotations
+
+import re
+
+# The words ansible-core puts in front of the message that failed, outermost first; they repeat when nested.
+_WRAPPERS = re.compile(
+    r"^(?:Task failed: "
+    r"|Action failed: "
+    r"|Module failed: "
+    r"|Finalization of task args for '[^']*' failed: "
+    r"|Error while resolving value for '[^']*': "
+    r"|The filter plugin '[^']*' failed: )"
+)
+
+# Keys Ansible adds to a failed result that say nothing the message does not.
+RESTATING_KEYS = (
+    "exception",  # printed as the [ERROR] block: the message again, with the task's origin
+    "argument_spec_data",  # a failed role argument validation: the role's whole spec (hundreds of lines)
+    "validate_args_context",
+    "assertion",  # ansible.builtin.assert: the expression, and that it was false
+    "evaluated_to",
+    "failed_when_result",  # failed_when: that it was true
+    "failed_when_suppressed_exception",
+)
+
+SHOW_EVERYTHING_VERBOSITY = 3
+
+
+def unwrapped(message):
+    """The sentence inside Ansible's wrappers; a message without them is returned as it is."""
+    if not isinstance(message, str):
+        return message
+    while (match := _WRAPPERS.match(message)) is not None:
+        message = message[match.end():]
+    return message
+
+
+def operator_failure(result, verbosity):
+    """The failed task result ``result`` (a dict) as the callback shows it, changed in place: the restating keys
+    dropped and the message unwrapped, below -vvv. A role's argument validation keeps its argument_errors only
+    where its message does not already say them."""
+    if verbosity >= SHOW_EVERYTHING_VERBOSITY:
+        return result
+    for key in RESTATING_KEYS:
+        result.pop(key, None)
+    result["msg"] = unwrapped(result.get("msg"))
+    errors = result.get("argument_errors")
+    if isinstance(errors, list) and isinstance(result["msg"], str) and all(error in result["msg"] for error in errors):
+        del result["argument_errors"]
+    if result["msg"] is None:
+        del result["msg"]
+    return result
