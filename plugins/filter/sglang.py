@@ -30,6 +30,7 @@ FILTERS = {
     "fleet_status": ("report", "fleet_status", None),
     "fleet_problems": ("report", "fleet_problems", None),
     "stop_summary": ("report", "stop_summary", None),
+    "canary_report": ("report", "canary_report", None),
     "history_table": ("report", "history_table", None),
     "rollback_candidates": ("report", "rollback_candidates", None),
     "rollback_outcomes": ("report", "rollback_outcomes", None),

@@ -185,6 +185,13 @@ def record(state_dir, name, generation=""):
     return found if found and found.get("script_sha256") else None
 
 
+def came_up_with(state_dir, name, script_sha256):
+    """Whether server ``name`` came up with the launch script of ``script_sha256`` on this host (one of its last good
+    generations) - a configuration that needs no canary."""
+    return any((record(state_dir, name, generation) or {}).get("script_sha256") == script_sha256
+               for generation in LAST_GOOD_GENERATIONS)
+
+
 def _script(state_dir, name, generation):
     found = record(state_dir, name, generation)
     if not found:

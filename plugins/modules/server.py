@@ -232,6 +232,16 @@ options:
         order of O(servers)); the others are reported V(deferred), keep running what they run, and their scripts
         are not written (1-4096).
     type: int
+  max_changes_scope:
+    description:
+      - What O(max_changes) limits. V(all) - every server that needs a change.
+      - V(unseen) - a canary only for a configuration that never came up on this host. The first O(max_changes)
+        servers whose new launch script is not one of their last good ones (C(<state_dir>/last-good/)) get it, and
+        every other server that would be stopped is V(deferred); a server that runs nothing is launched all the
+        same. When every change goes back to a configuration its server came up with, nothing is deferred.
+    type: str
+    choices: [all, unseen]
+    default: all
   stop_timeout:
     description: Seconds to wait after SIGTERM (after the drain) before sending SIGKILL to what is left (0-3600).
     type: float
@@ -516,6 +526,7 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": list(STATES), "default": "started"},
     "rollback": {"type": "bool", "default": False},
     "max_changes": {"type": "int"},
+    "max_changes_scope": {"type": "str", "choices": ["all", "unseen"], "default": "all"},
     "scripts": {"type": "list", "elements": "dict", "default": [], "options": {
         "name": {"type": "str", "required": True},
         "path": {"type": "path", "required": True},

@@ -73,9 +73,11 @@ ROLE_OPTION_RANGES = {
     "relaunch_probe_timeout": WAIT_RANGES["probe_timeout"],
     "relaunch_progress_interval": WAIT_RANGES["progress_interval"],
     "relaunch_history_last": count(1, 1000),
-    "relaunch_canary": count(0, 4096),
     "relaunch_canary_max_drop_percent": percent(),
 }
+
+# relaunch_canary: a number of servers, or auto.
+CANARY_RANGE = count(0, 4096)
 
 # The roles read them with `| bool`; anything but true/false, yes/no, 1/0 is refused (a typo is no silent "true").
 BOOLEAN_OPTIONS = ("sglang_enable_metrics", "sglang_flag_check", "relaunch_halt_on_failure", "relaunch_force_kill_gpu_holders",
@@ -187,6 +189,11 @@ def option_problems(values):
             problem = value_problem(name, values[name], option_range)
             if problem:
                 problems.append(problem)
+    canary = values.get("relaunch_canary")
+    if (canary is not None and str(canary).strip().lower() != "auto"
+            and value_problem("relaunch_canary", canary, CANARY_RANGE)):
+        problems.append(f"relaunch_canary must be auto (a canary only for a configuration new to the host) or a "
+                        f"number of servers 0-4096, got {canary!r}")
     if values.get("relaunch_health_path") is not None:
         problems += [problem for problem in [url_path_problem("relaunch_health_path", values["relaunch_health_path"])]
                      if problem]

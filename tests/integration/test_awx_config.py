@@ -53,7 +53,7 @@ SURVEY_SPECS = {"relaunch.json": ("relaunch", "main"), "stop.json": ("relaunch",
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 # AWX passes a multiplechoice answer as a string: a bool option gets "true"/"false", which the roles read with | bool.
 COMPATIBLE = {"integer": {"int", "float"}, "float": {"float"}, "multiplechoice": {"str", "bool"},
-              "text": {"str", "list"}, "textarea": {"str"}}
+              "text": {"str", "list", "raw"}, "textarea": {"str"}}
 # What operators used to pass as free-form extra vars on a launch, now survey questions (the hosts: the Limit).
 NEEDED_QUESTIONS = {
     "relaunch.json": {"relaunch_state", "relaunch_only_servers", "relaunch_batch_size", "relaunch_wait_timeout",
@@ -200,8 +200,10 @@ def test_the_surveys_ask_what_operators_changed_with_extra_vars():
     # The answers a survey can give pass the role's own checks (ranges, booleans), its defaults included.
     for name, survey in surveys().items():
         for question in survey["spec"]:
+            # A text question's min and max are lengths, its default an answer.
             answers = question.get("choices") or [question[key] for key in ("min", "max", "default")
-                                                  if question.get(key, "") != "" and question["type"] != "text"]
+                                                  if question.get(key, "") != ""
+                                                  and (question["type"] != "text" or key == "default")]
             for answer in answers:
                 assert option_problems({question["variable"]: answer}) == [], (name, question["variable"], answer)
 

@@ -104,12 +104,47 @@ def test_a_canary_of_one_leaves_the_others_untouched_and_is_rolled_back(sim_host
     assert len(messages) == 8
 
 
+def server_actions(result):
+    """{name: action} of each server module call of a run, one dict per call."""
+    return [{server["name"]: server["action"] for server in task["servers"]} for task in result.task("Bring servers")
+            if task.get("servers")]
+
+
+def test_a_configuration_new_to_the_host_goes_to_one_server_first_and_a_known_one_at_full_speed(sim_host):
+    # relaunch_canary is left at its default, auto. Nothing serves yet: nothing to lose, both at once.
+    first = sim_host.run("relaunch", {"sglang_gpu_count": 2})
+    assert first.rc == 0, first.stdout
+    assert server_actions(first) == [{"gpu0": "launched", "gpu1": "launched"}]
+
+    # A configuration neither server came up with: gpu0 first, gpu1 keeps serving until gpu0 is up.
+    new = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_max_running_requests": 32})
+    assert new.rc == 0, new.stdout
+    assert server_actions(new) == [{"gpu0": "relaunched", "gpu1": "deferred"}, {"gpu1": "relaunched"}]
+    [passed] = [task["msg"] for task in new.task("Say that the canary passed") if not task.get("skipped")]
+    assert passed.startswith("canary passed: gpu0 (ready in ") and "max_running_requests 32" in passed, passed
+    assert passed.endswith(" - now the other 1 server: gpu1")
+    assert "--max-running-requests 32" in sim_host.script("gpu1").read_text()
+    assert new.module_calls().count("gpuops.sglang.wait") == 2
+
+    # Back to the configuration both came up with before: at full speed, in one call.
+    back = sim_host.run("relaunch", {"sglang_gpu_count": 2})
+    assert back.rc == 0, back.stdout
+    assert server_actions(back) == [{"gpu0": "relaunched", "gpu1": "relaunched"}]
+    assert not [task for task in back.task("Say that the canary passed") if not task.get("skipped")]
+
+    # relaunch_canary 0: a new configuration at full speed too.
+    off = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_max_running_requests": 16, "relaunch_canary": 0})
+    assert off.rc == 0, off.stdout
+    assert server_actions(off) == [{"gpu0": "relaunched", "gpu1": "relaunched"}]
+
+
 def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_one_is_left_stopped(
         sim_host, model_dir):
     assert sim_host.run("relaunch", {"sglang_gpu_count": 2}).rc == 0
     # What broke the new configuration breaks the old one too: the model's config is gone.
     os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
-    both = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_mem_fraction_static": 0.8})
+    # Both at once (no canary): each fails and each rollback fails.
+    both = sim_host.run("relaunch", {"sglang_gpu_count": 2, "sglang_mem_fraction_static": 0.8, "relaunch_canary": 0})
     assert both.rc != 0
     rollback_calls = both.task("Relaunch them with their last good configuration")
     assert len(rollback_calls) == 1, "one rollback, no loop"

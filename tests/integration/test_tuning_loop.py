@@ -7,6 +7,7 @@ import subprocess
 import threading
 
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils import journal
 
 from .conftest import PYTHON, SGLANG_SIM, http_status
 
@@ -24,8 +25,9 @@ def hybrid_model(tmp_path):
     return path
 
 
-def journal_lines(sim_host):
-    return [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
+def journal_runs(sim_host):
+    """The journal's runs as history reads them: the lines of one run (a canary's batch, then the rest) merged."""
+    return journal.runs(journal.read_records(str(sim_host.dir / "state")))
 
 
 def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid_model):
@@ -43,7 +45,7 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     assert "--mamba-scheduler-strategy extra_buffer -> no_buffer" in compared[0]
     assert "max_running_requests 32 -> 53" in compared[0] and "ready " in compared[0]
 
-    records = journal_lines(sim_host)
+    records = journal_runs(sim_host)
     assert [record["job"] for record in records] == ["relaunch", "relaunch"]
     entry = records[1]["servers"]["gpu1"]
     assert entry["action"] == "relaunched" and entry["outcome"] == "ready"
@@ -114,7 +116,9 @@ def probed(result):
 def test_probe_measures_known_throughput_and_the_advice_closes_the_loop(sim_host, hybrid_model):
     settings = {"sglang_gpu_count": 2, "sglang_model_path": hybrid_model, "sglang_max_mamba_cache_size": 160,
                 "sglang_mamba_scheduler_strategy": "extra_buffer", "sglang_enable_metrics": True,
-                "relaunch_probe": {"concurrency": 48, "duration_s": 6, "input_len": 128, "output_len": 48}}
+                "relaunch_probe": {"concurrency": 48, "duration_s": 6, "input_len": 128, "output_len": 48},
+                # One probe per run, of both servers (a canary would be probed on its own first).
+                "relaunch_canary": 0}
     first = sim_host.run("relaunch", settings)
     assert first.rc == 0, first.stdout
     probe = probed(first)

@@ -15,6 +15,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     host_job,
+    last_good,
     launchers,
     procfs,
     run_lock,
@@ -169,7 +170,11 @@ class ServerControl:
         plans = [self._plan(spec) for spec in self.params["servers"]]
         if not check_mode:
             plans = self._record_restarts(plans)
-        plans = defer_beyond_max_changes(plans, self.params.get("max_changes"))
+        came_up_with = None
+        if self.params.get("max_changes_scope") == "unseen":
+            def came_up_with(name, script_sha256):
+                return last_good.came_up_with(self.state_dir, name, script_sha256)
+        plans = defer_beyond_max_changes(plans, self.params.get("max_changes"), came_up_with)
         # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
         try:
             require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])

@@ -26,6 +26,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 
 
 def _is_index(value):
@@ -141,13 +142,27 @@ def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_f
         rollback_to=rollback_to, no_last_good=no_last_good)
 
 
-def defer_beyond_max_changes(plans, limit):
+def defer_beyond_max_changes(plans, limit, came_up_with=None):
     """A canary: only the first ``limit`` (max_changes) servers that need a change get it; the others keep running
-    what they run, their scripts untouched, until a later call. Returns new plans; ``plans`` are left as they are."""
+    what they run, their scripts untouched, until a later call. Returns new plans; ``plans`` are left as they are.
+
+    With ``came_up_with`` (``(name, script_sha256) -> bool``: max_changes_scope unseen) only a configuration a
+    server never came up with on this host needs a canary: the first ``limit`` servers launching one go first and
+    every other server that would be stopped waits; a server that runs nothing yet is launched (nothing serves
+    there to lose). When no server goes to a configuration it never came up with, nothing waits."""
     changing = [index for index, plan in enumerate(plans) if plan.changes]
-    beyond = set(changing[limit:]) if limit else set()
-    return [plan.with_action("deferred", f"deferred: at most {limit} servers change in this call (max_changes); "
-                             "would be " + plan.reason) if index in beyond else plan
+    if came_up_with is None:
+        canaries = changing[:limit] if limit else changing
+        beyond = set(changing) - set(canaries)
+        why = f"at most {counted(limit, 'server')} {'changes' if limit == 1 else 'change'} in this call (max_changes)"
+    else:
+        unseen = [index for index in changing
+                  if plans[index].launches and not came_up_with(plans[index].name, plans[index].script_sha256)]
+        canaries = unseen[:limit]
+        beyond = {index for index in changing if index not in canaries and plans[index].kills} if unseen else set()
+        why = (f"the canary ({', '.join(plans[index].name for index in canaries)}) goes first with a configuration "
+               "that never came up on this host")
+    return [plan.with_action("deferred", f"deferred: {why}; would be {plan.reason}") if index in beyond else plan
             for index, plan in enumerate(plans)]
 
 

@@ -162,12 +162,37 @@ def test_the_canary_deferral_returns_new_plans_and_leaves_its_input_untouched():
     assert [each.action for each in plans] == ["launched", "unchanged", "launched", "launched"]
     assert [each.action for each in deferred] == ["launched", "unchanged", "deferred", "deferred"]
     assert deferred[0] is plans[0] and deferred[1] is plans[1]
-    assert deferred[2].reason == ("deferred: at most 1 servers change in this call (max_changes); would be "
+    assert deferred[2].reason == ("deferred: at most 1 server changes in this call (max_changes); would be "
                                   "no state recorded in /var/lib/gpuops-sglang/gpu2.json")
     assert not any(each.changes for each in deferred[2:])
     for limit in (None, 0, 3):
         assert [each.action for each in defer_beyond_max_changes(plans, limit)] == [
             "launched", "unchanged", "launched", "launched"]
+
+
+def test_canary_auto_defers_the_serving_servers_only_for_a_configuration_that_never_came_up_here():
+    new_script = SCRIPT.replace("--tp 2", "--tp 2 --max-running-requests 64")
+    new = (hashlib.sha256(new_script.encode()).hexdigest(), new_script)
+    servers = [spec(f"gpu{index}", 30000 + index, [index]) for index in range(4)]
+    serving = [plan(server, recorded=recorded_for(server, pid=4000 + index), pid=4000 + index, script=new)
+               for index, server in enumerate(servers[:3])]
+    down = plan(servers[3], script=new)  # runs nothing: launched, nothing serves there to lose
+    plans = serving + [down]
+    assert [each.action for each in plans] == ["relaunched", "relaunched", "relaunched", "launched"]
+
+    def never(_name, _sha):
+        return False
+
+    canary = defer_beyond_max_changes(plans, 1, came_up_with=never)
+    assert [each.action for each in canary] == ["relaunched", "deferred", "deferred", "launched"]
+    assert canary[1].reason.startswith("deferred: the canary (gpu0) goes first with a configuration that never came "
+                                       "up on this host; would be ")
+    # Back to a configuration each server came up with: all at once.
+    assert [each.action for each in defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: True)] == [
+        "relaunched", "relaunched", "relaunched", "launched"]
+    # Only gpu2 goes somewhere new: it is the canary, and the others that serve wait for it.
+    assert [each.action for each in defer_beyond_max_changes(
+        plans, 1, came_up_with=lambda name, _sha: name != "gpu2")] == ["deferred", "deferred", "relaunched", "launched"]
 
 
 # ---- what the worker records is kept on the run ------------------------------------------------------------

@@ -82,6 +82,15 @@ def test_wrong_values_of_a_timeout_are_named(value, message):
     assert option_problems({"relaunch_stall_timeout": value})[0].startswith(message)
 
 
+def test_the_canary_is_a_number_of_servers_or_auto():
+    for fine in ("auto", "AUTO", 0, "3", 4096):
+        assert option_problems({"relaunch_canary": fine}) == [], fine
+    for wrong in ("sometimes", 5000, -1, 1.5):
+        assert option_problems({"relaunch_canary": wrong}) == [
+            (f"relaunch_canary must be auto (a canary only for a configuration new to the host) or a number of servers "
+             f"0-4096, got {wrong!r}")]
+
+
 def test_zero_turns_the_stall_timeout_off():
     assert option_problems({"relaunch_stall_timeout": 0}) == []
     assert option_problems({"relaunch_stall_timeout": "0"}) == []

@@ -3,6 +3,7 @@
 import pytest
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.report import (
     ExpectationError,
+    canary_report,
     comparison_text,
     expectation_failures,
     history_table,
@@ -174,3 +175,12 @@ def test_rollback_candidates_and_throughput_regressions():
         "e": "its throughput was not measured (it generated nothing (64 errors)): a canary stays only on a measured "
              "throughput",
         "f": "its throughput was not measured (the probe did not run): a canary stays only on a measured throughput"}
+
+
+def test_a_canary_that_passes_says_so_with_its_figures():
+    waits = [{"name": "gpu0", "status": "ready", "seconds_to_ready": 52.4,
+              "facts": {"max_total_num_tokens": 2264878, "max_running_requests": 53}}]
+    assert canary_report(waits, ["gpu0"], ["gpu1", "gpu2"], [{"name": "gpu0", "output_tok_s": 2120.4}]) == (
+        "canary passed: gpu0 (ready in 52 s, max_total_num_tokens 2.26M, max_running_requests 53, output 2120 tok/s)"
+        " - now the other 2 servers: gpu1, gpu2")
+    assert canary_report([], ["gpu0"], ["gpu1"]) == "canary passed: gpu0 - now the other 1 server: gpu1"
