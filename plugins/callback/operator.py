@@ -18,6 +18,9 @@ description:
   - Keys that restate a failure for Ansible's own use are left out - a failed role argument validation's whole
     argument spec, an assert's expression, a failed_when's verdict.
   - At C(-vvv) and above, failures are shown exactly as C(ansible.builtin.default) shows them.
+  - Interrupted (Ctrl-C) in a task of M(gpuops.sglang.server), M(gpuops.sglang.wait) or M(gpuops.sglang.probe),
+    it says what goes on on the hosts (their work runs detached there) and how to see it, after Ansible's own
+    C(User interrupted execution).
   - The repository's C(ansible.cfg) sets it; set C(stdout_callback = gpuops.sglang.operator) in yours for the
     same output (AWX uses its own callback).
 extends_documentation_fragment:
@@ -27,8 +30,12 @@ requirements:
   - set as the stdout callback in the configuration
 """
 
+import atexit
+
+from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
+    interruption_note,
     operator_failure,
 )
 
@@ -37,6 +44,29 @@ class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "gpuops.sglang.operator"
+
+    def __init__(self):
+        super().__init__()
+        # (name, module) of the task that runs now: what an interruption cuts short.
+        self._running_task = None
+        self._ended = False
+        atexit.register(self._say_what_goes_on)
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._running_task = (task.get_name(), task.resolved_action or task.action)
+        super().v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_playbook_on_stats(self, stats):
+        self._ended = True
+        super().v2_playbook_on_stats(stats)
+
+    def _say_what_goes_on(self):
+        """At exit without the play's end (ansible-playbook interrupted): what the interrupted task left running."""
+        if self._ended or self._running_task is None:
+            return
+        note = interruption_note(*self._running_task)
+        if note:
+            self._display.display(note, color=C.COLOR_WARN, stderr=True)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         operator_failure(result.result, self._display.verbosity)

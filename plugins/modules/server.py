@@ -368,6 +368,13 @@ servers:
       elements: dict
       returned: when its launch script changes
       sample: [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
+    script_changed:
+      description:
+        - Its launch script was written anew (new, or changed) by this call - a new configuration. A server started
+          again with the script it had (killed from outside, O(state=restarted)) has none, and its failure is not
+          one of a new configuration.
+      type: bool
+      returned: when its launch script changes
     pid:
       description: Pid of the launched (or unchanged, running) server; null when stopped or in check mode.
       type: int

@@ -36,6 +36,18 @@ RESTATING_KEYS = (
 
 SHOW_EVERYTHING_VERBOSITY = 3
 
+# What goes on on the host when ansible-playbook is interrupted (Ctrl-C) in a task of these modules - their work runs
+# detached there, each call a slice of it (plugin_utils/sliced.py) - and how the operator sees it.
+GOES_ON = {
+    "gpuops.sglang.server": "the server sequence it started (stop, verify GPU memory, launch) goes on there, detached, "
+                            "and finishes every server it began. The next relaunch waits for it, takes over this "
+                            "run's hold, says what it did and records it in the journal (playbooks/history.yml)",
+    "gpuops.sglang.wait": "the servers go on starting on their own; nothing is stopped. playbooks/status.yml shows "
+                          "how far they got; the next relaunch takes over this run's hold, and playbooks/history.yml "
+                          "shows this run as not waited for",
+    "gpuops.sglang.probe": "the probe's load ends on its own at the end of its duration; the servers keep serving",
+}
+
 
 def unwrapped(message):
     """The sentence inside Ansible's wrappers; a message without them is returned as it is."""
@@ -61,3 +73,10 @@ def operator_failure(result, verbosity):
     if result["msg"] is None:
         del result["msg"]
     return result
+
+
+def interruption_note(task_name, action):
+    """What an operator who pressed Ctrl-C in task ``task_name`` (module ``action``) needs to know: what goes on on
+    the hosts, and how to see it. None for a task that leaves nothing running."""
+    goes_on = GOES_ON.get(action)
+    return f"Interrupted in '{task_name}': on each host where it had begun, {goes_on}." if goes_on else None

@@ -31,10 +31,17 @@ def by_name(results):
     return {result["name"]: result for result in results or []}
 
 
-def attempt_words(waited):
-    """``new configuration crashed in loading_weights``: how the configuration a server was relaunched with failed."""
+def started_anew(acted):
+    """The server module launched the server with a launch script it wrote in this call: a new configuration (not a
+    server started again as it was, after it was killed from outside or restarted)."""
+    return acted.get("action") in STARTED_ACTIONS and bool(acted.get("script_changed") or acted.get("settings_changed"))
+
+
+def attempt_words(waited, new_configuration=True):
+    """``new configuration crashed in loading_weights``: how the configuration a server was relaunched with failed
+    (only ``crashed in ...`` when its configuration did not change: a restart, a server killed from outside)."""
     phase = waited.get("phase")
-    return f"new configuration {waited['status']}" + (f" in {phase}" if phase else "")
+    return ("new configuration " if new_configuration else "") + waited["status"] + (f" in {phase}" if phase else "")
 
 
 def server_outcome(server, acted, waited, rollback):
@@ -58,8 +65,7 @@ def server_outcome(server, acted, waited, rollback):
         return Outcome(name, "ready" if acted.get("action") in STARTED_ACTIONS else "unchanged", True, None)
     if status == "unrouted":
         return Outcome(name, "unrouted", False, waited.get("router_error"))
-    return Outcome(name, "failed", False, attempt_words(waited) if acted.get("action") in STARTED_ACTIONS
-                   else f"{status}" + (f" in {waited['phase']}" if waited.get("phase") else ""))
+    return Outcome(name, "failed", False, attempt_words(waited, new_configuration=started_anew(acted)))
 
 
 def checked_outcome(server, acted):

@@ -27,6 +27,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.outcomes import (
     check_headline,
     headline,
     relaunch_outcomes,
+    started_anew,
 )
 
 
@@ -180,10 +181,10 @@ ROLLBACK_STATUSES = ("crashed", "stalled", "timeout")
 
 def rollback_candidates(wait_results, server_results=None):
     """Names of the servers that did not come up with the configuration just launched; with ``server_results``
-    (the server module's), only those this run launched or relaunched - one it left unchanged is not rolled back.
+    (the server module's), only those this run launched or relaunched with a new configuration - one it left
+    unchanged, or restarted as it was (a server killed from outside), has no other configuration to go back to.
     Nor is a stalled server the wait did not kill (relaunch_kill_stalled false, ...): it stays as found."""
-    changed = None if server_results is None else {
-        result["name"] for result in server_results if result.get("action") in ("launched", "relaunched")}
+    changed = None if server_results is None else {result["name"] for result in server_results if started_anew(result)}
     return [result["name"] for result in wait_results or []
             if result["status"] in ROLLBACK_STATUSES and (changed is None or result["name"] in changed)
             and not (result["status"] == "stalled" and not result.get("killed_pids"))]
@@ -558,6 +559,11 @@ def _spread(entries, fact):
     return _amount(low) if low == high else f"{_amount(low)}-{_amount(high)}"
 
 
+# The journal outcomes of servers nobody waited for: launched by a run interrupted in (or still in) its wait, or by
+# one whose server call's result nobody picked up (_lifecycle/result.py: journaled, journal_interrupted).
+UNWAITED_OUTCOMES = ("unwaited", "interrupted", "lost")
+
+
 def history_table(runs):
     """One line per journal run: when, job, run, who, outcome, settings changed, pool facts, slowest ready, probe."""
     rows = []
@@ -582,10 +588,21 @@ def history_table(runs):
             who += f"@{by['controller']}"
         failed = sorted({outcome for outcome in outcomes if outcome not in ("ready", "unchanged", "stopped",
                                                                             "already_stopped")})
-        rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who,
-                     f"{ready}/{len(entries)} up" + (f" ({', '.join(failed)})" if failed else "")
-                     + (f" ({', '.join(rolled_back)} rolled back)" if rolled_back else "")
-                     if run.get("job") in ("relaunch", "status") else f"{len(entries)} stopped",
+        unwaited = sum(outcome in UNWAITED_OUTCOMES for outcome in outcomes)
+        if unwaited and unwaited == len(entries):
+            # An interrupted run, journaled by the call that found it: nobody saw what came up.
+            if "lost" in outcomes:
+                outcome = f"interrupted: its worker died before it finished ({counted(unwaited, 'server')} planned)"
+            elif "interrupted" in outcomes:
+                outcome = f"interrupted: {counted(unwaited, 'server')} changed, not waited for"
+            else:
+                outcome = f"{counted(unwaited, 'server')} changed, not waited for (interrupted in its wait, or waiting)"
+        elif run.get("job") in ("relaunch", "status"):
+            outcome = (f"{ready}/{len(entries)} up" + (f" ({', '.join(failed)})" if failed else "")
+                       + (f" ({', '.join(rolled_back)} rolled back)" if rolled_back else ""))
+        else:
+            outcome = f"{len(entries)} stopped"
+        rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who, outcome,
                      ",".join(changed) or None, *(_spread(entries, fact) for fact in HISTORY_COLUMNS),
                      _seconds(slowest), _seconds(sum(output)) if output else None])
     header = ["time", "job", "run", "by", "outcome", "changed", *HISTORY_COLUMNS, "slowest_ready_s", "probe_tok/s"]

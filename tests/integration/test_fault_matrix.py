@@ -363,6 +363,45 @@ def test_an_interrupted_wait_leaves_the_servers_starting_and_the_next_relaunch_i
     assert_untouched(pids, sim_host.dir / "state")
 
 
+def test_ctrl_c_says_what_goes_on_on_the_host_and_the_history_keeps_the_run(sim_host, wait_until):
+    servers = sim_servers(sim_host, 2)
+    gate = sim_host.dir / "weights-arrived"
+    extra = sim_host.dir / "extra-ctrl-c.json"
+    extra.write_text(json.dumps({"sglang_servers": servers, "sglang_env": dict(
+        sim_host.host_vars["sglang_env"], SGLANG_SIM_WEIGHTS_GATE=str(gate))}))
+    argv = [os.path.join(BIN_DIR, "ansible-playbook"), "-i", str(sim_host.inventory), "-e", f"@{extra}",
+            os.path.join(REPO_ROOT, "playbooks", "relaunch.yml")]
+    # The repository's stdout callback, in a session of its own: Ctrl-C signals the terminal's whole process group.
+    run = subprocess.Popen(argv, cwd=REPO_ROOT, env=sim_host.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any(line.startswith("simhost: 0/2 ready") for line in list(lines)), timeout=300,
+                   what="the wait to report progress")
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    reader.join(timeout=10)
+    output = " ".join("".join(lines).split())
+    assert "User interrupted execution" in output, output[-3000:]
+    assert ("Interrupted in 'gpuops.sglang.relaunch : Wait until the launched servers are ready': on each host where it "
+            "had begun, the servers go on starting on their own; nothing is stopped. playbooks/status.yml shows how far "
+            "they got") in output, output[-3000:]
+    gate.touch()
+    wait_until(lambda: all(healthy(server["port"]) for server in servers), timeout=120,
+               what="the servers to become ready on their own")
+    # The run reached the journal before its wait: the history shows what it changed and that nobody waited.
+    history = sim_host.run("history", {"relaunch_history_last": 5})
+    assert history.rc == 0
+    [row] = [line for line in history.task("Run history")[0]["msg"][1:] if " relaunch " in line]
+    assert "2 servers changed, not waited for (interrupted in its wait, or waiting)" in row, row
+
+
 # ---- 6. a crash loop keeps the first crash's log ------------------------------------------------
 
 

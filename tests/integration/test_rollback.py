@@ -4,6 +4,7 @@ simulated host through ansible-playbook."""
 import hashlib
 import json
 import os
+import signal
 
 EAGLE3 = {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 
@@ -58,7 +59,9 @@ def test_a_crashing_new_configuration_is_rolled_back_and_the_run_fails_with_its_
     assert "--speculative-algorithm" not in good_script
     lines = [json.loads(line) for line in (sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()]
     outcomes = [line["servers"]["gpu0-7"]["outcome"] for line in lines if line["job"] == "relaunch"]
-    assert outcomes == ["ready", "crashed", "ready"]
+    # Each launch is journaled before its wait (a run interrupted in the wait stays in the history), then how it came
+    # up; the rollback's launch only by its wait, which keeps the failed attempt.
+    assert outcomes == ["unwaited", "ready", "unwaited", "crashed", "ready"]
     # The history says the run's change is not live: the run serves the last good configuration again.
     history = sim_host.run("history")
     assert history.rc == 0, history.stdout
@@ -158,6 +161,20 @@ def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_
     assert gpu2.splitlines()[-1] == ("gpu2: the new configuration failed; gpu2 has no last good configuration (it "
                                      "never came up with another one on this host): left stopped")
     assert sim_host.fake_gpus.used_mib(2) == 0
+
+
+def test_a_server_killed_from_outside_that_fails_to_start_again_is_no_failed_new_configuration(sim_host, model_dir):
+    assert sim_host.run("relaunch", {"sglang_gpu_count": 1}).rc == 0
+    os.killpg(state(sim_host, "gpu0")["pgid"], signal.SIGKILL)  # from outside: the OOM killer, an operator
+    os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
+    again = sim_host.run("relaunch", {"sglang_gpu_count": 1})
+    assert again.rc != 0
+    [acted] = again.task("Bring servers")[0]["servers"]
+    assert acted["action"] == "launched" and "script_changed" not in acted, "started again as it was"
+    headline = summary(again)[0]
+    assert headline.startswith("0/1 serving - gpu0 failed: crashed in ") and "new configuration" not in headline
+    assert not [task for task in again.task("Relaunch them with their last good configuration")
+                if not task.get("skipped")], "nothing to roll back to: it ran this configuration"
 
 
 def test_rollback_off_leaves_the_failed_server_as_it_failed(sim_host):

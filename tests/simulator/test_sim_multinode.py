@@ -14,7 +14,7 @@ import pytest
 from .conftest import SIM_SCRIPT, alive, fakegpu, free_port, read_cmdline, wait_for
 from .test_sglang_sim import SIGQUIT_LINE, TS, assert_in_order, device_links, titles
 
-GROUP_TIMEOUT = 60  # seconds a two-node startup may take on a loaded machine
+GROUP_TIMEOUT = 120  # seconds a two-node startup (or crash) may take on a loaded machine
 SCHEDULER_CRASH = rf"\[{TS} TP(?P<rank>\d)\] Scheduler hit an exception: Traceback \(most recent call last\):\n"
 GLOO_CLOSED = r"RuntimeError: \[/pytorch/third_party/gloo/gloo/transport/tcp/pair\.cc:534\] Connection closed by peer " \
               r"\[127\.0\.0\.1\]:\d+$"

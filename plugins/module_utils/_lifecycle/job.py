@@ -37,6 +37,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
     interrupted_summary,
+    journal_interrupted,
     journaled,
     result,
     with_settings_changed,
@@ -131,10 +132,13 @@ class ServerControl:
             self.timings["lock_wait_s"] = round(waited, 3)
             earlier = host_job.unreported(self.state_dir)
             interrupted = [interrupted_summary(record) for record in earlier]
+            interrupted_journal_error = journal_interrupted(self, earlier)
             for record in earlier:
                 host_job.mark_reported(self.state_dir, record)
             plans, scripts, diffs = self._read_host(check_mode=False)
             extra = {"scripts": scripts, "script_diffs": diffs, "interrupted_runs": interrupted}
+            if interrupted_journal_error:
+                extra["journal_error"] = interrupted_journal_error
             if not any(plan.changes for plan in plans):
                 self.timings["total_s"] = round(time.monotonic() - started, 3)
                 runs = [ServerRun(plan) for plan in plans]

@@ -72,12 +72,14 @@ def _server_result(control, run):
 
 
 def with_settings_changed(module_result, scripts):
-    """Each server whose launch script changes names the launch settings it changes (``settings_changed``, from
-    the script results: credentials hidden)."""
+    """Each server whose launch script changes says so (``script_changed``) and names the launch settings it
+    changes (``settings_changed``, from the script results: credentials hidden)."""
     for server in module_result.get("servers") or []:
-        changed = (scripts.get(server["name"]) or {}).get("settings_changed")
-        if changed:
-            server["settings_changed"] = changed
+        script = scripts.get(server["name"]) or {}
+        if script.get("changed"):
+            server["script_changed"] = True
+        if script.get("settings_changed"):
+            server["settings_changed"] = script["settings_changed"]
     return module_result
 
 
@@ -109,8 +111,9 @@ def result(control, runs):
 
 
 def journaled(control, runs, built):
-    """The result ``built``, after the run journal got what only this call knows: every server a stop handled,
-    and the servers left down (the wait journals the others)."""
+    """The result ``built``, after the run journal got what only this call knows: every server a stop handled, the
+    servers left down, and - until the wait journals how they came up - the servers it launched (outcome
+    ``unwaited``: a run interrupted during its wait stays in the history as such)."""
     params = control.params
     if not params["journal"]:
         return built
@@ -119,10 +122,42 @@ def journaled(control, runs, built):
         ("action", run.plan.action), ("outcome", "down" if run.down else run.plan.action),
         ("error", run.error), ("gpu_memory_after_mib", run.gpu_memory_after or None)) if value is not None}
         for run in runs if stopping or run.down or run.plan.no_last_good is not None}
+    # Not a rollback's launch: the wait that follows records it over this run's failed attempt, which it keeps.
+    if not stopping and not params.get("rollback"):
+        entries.update((run.name, {"action": run.plan.action, "outcome": UNWAITED}) for run in runs
+                       if run.plan.launches and not run.down and run.name not in entries)
     if entries:
         header = journal.run_header(control.state_dir, "stop" if stopping else "relaunch", params.get("run_id"))
         built["journal_error"] = journal.append(control.state_dir, header, entries)
     return built
+
+
+# The journal outcome of a server launched by a run whose wait has not (or never) journaled how it came up.
+UNWAITED = "unwaited"
+
+
+def journal_interrupted(control, records):
+    """Runs whose result nobody picked up (Ctrl-C, a dropped connection) go to the run journal when a later call
+    finds them, under their own run id and start time: what their host-side sequence did, never waited for
+    (outcome ``interrupted``; ``down`` for a server it left down, ``lost`` for each server of a run whose worker
+    died before it finished). Returns why one could not be written, or None."""
+    if not control.params["journal"]:
+        return None
+    problems = []
+    for record in records:
+        outcome = record.get("result") or {}
+        servers = [server for server in outcome.get("servers") or [] if server.get("changed")]
+        entries = {server["name"]: {"action": server["action"], "outcome": "down" if server.get("down")
+                                    else "interrupted"} for server in servers}
+        if record["status"] == "lost":
+            entries = {name: {"outcome": "lost"} for name in record.get("servers") or []}
+        if not entries:
+            continue
+        stopping = bool(servers) and all(server["action"] in ("stopped", "already_stopped") for server in servers)
+        header = journal.run_header(control.state_dir, "stop" if stopping else "relaunch", record.get("run_id"),
+                                    now=record.get("started"))
+        problems.append(journal.append(control.state_dir, header, entries))
+    return "; ".join(problem for problem in problems if problem) or None
 
 
 def interrupted_summary(record):

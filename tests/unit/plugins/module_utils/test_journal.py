@@ -1,11 +1,15 @@
 """The run journal: lines appended and merged into runs, last good runs, comparisons, bounds."""
 
 import json
+from types import SimpleNamespace
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     journal,
     naming,
     run_lock,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
+    journal_interrupted,
 )
 
 SETTINGS_A = {"command": ["python3"], "flags": {"--model-path": "/m/a", "--mamba-scheduler-strategy": "extra_buffer"},
@@ -176,3 +180,24 @@ def test_an_unchanged_server_records_no_startup_timings():
     report = {"status": "ready", "pid": 7, "seconds_to_ready": 0.4, "facts": {"max_running_requests": 53}}
     assert "timings" not in journal.relaunch_entry(report, {"weight_load_seconds": 41.5}, {"settings": SETTINGS_A},
                                                    "unchanged")
+
+
+def test_runs_nobody_picked_up_are_journaled_under_their_own_run_and_time(tmp_path):
+    control = SimpleNamespace(state_dir=str(tmp_path), params={"journal": True})
+    done = {"job_id": "j1", "run_id": "r-ctrl-c", "status": "done", "started": 1000.0, "servers": ["gpu0", "gpu1"],
+            "result": {"servers": [{"name": "gpu0", "action": "relaunched", "changed": True},
+                                   {"name": "gpu1", "action": "relaunched", "changed": True, "down": True},
+                                   {"name": "gpu2", "action": "unchanged", "changed": False}]}}
+    lost = {"job_id": "j2", "run_id": "r-lost", "status": "lost", "started": 2000.0, "servers": ["gpu0"],
+            "result": None}
+    stop = dict(done, run_id="r-stop", result={"servers": [{"name": "gpu0", "action": "stopped", "changed": True}]})
+    assert journal_interrupted(control, [done, lost, stop]) is None
+    runs = journal.runs(journal.read_records(str(tmp_path)))
+    assert [(run["run_id"], run["job"], run["time"]) for run in runs] == [
+        ("r-ctrl-c", "relaunch", 1000.0), ("r-lost", "relaunch", 2000.0), ("r-stop", "stop", 1000.0)]
+    assert runs[0]["servers"] == {"gpu0": {"action": "relaunched", "outcome": "interrupted"},
+                                  "gpu1": {"action": "relaunched", "outcome": "down"}}
+    assert runs[1]["servers"] == {"gpu0": {"outcome": "lost"}}
+    control.params["journal"] = False
+    assert journal_interrupted(control, [done]) is None
+    assert len(journal.read_records(str(tmp_path))) == 3, "journal: false writes nothing"

@@ -2,6 +2,7 @@
 them; tests/integration/test_roles.py reads the real output)."""
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
+    interruption_note,
     operator_failure,
     unwrapped,
 )
@@ -45,3 +46,11 @@ def test_a_failed_argument_validation_keeps_its_message_without_the_spec_and_the
     unsaid = {"failed": True, "msg": "Validation of arguments failed", "argument_errors": [error]}
     assert operator_failure(dict(unsaid), verbosity=0) == unsaid
     assert "msg" not in operator_failure({"failed": True, "exception": "x"}, verbosity=0), "no msg: none shown"
+
+
+def test_an_interruption_says_what_goes_on_for_the_modules_that_leave_work_running():
+    note = interruption_note("Bring servers to state started", "gpuops.sglang.server")
+    assert note.startswith("Interrupted in 'Bring servers to state started': on each host where it had begun, the "
+                           "server sequence it started (stop, verify GPU memory, launch) goes on there")
+    assert note.endswith("records it in the journal (playbooks/history.yml).")
+    assert interruption_note("Summary", "ansible.builtin.debug") is None

@@ -22,10 +22,14 @@ WAITS = [
 
 
 def test_summary_has_one_aligned_row_per_server():
-    lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "relaunched"}, {"name": "gpu1", "action": "launched"}],
-                             WAITS)
+    new = [{"setting": "--mem-fraction-static", "before": "0.8", "after": "0.9"}]
+    acted = [{"name": "gpu0", "action": "relaunched"}, {"name": "gpu1", "action": "launched", "settings_changed": new}]
+    lines = relaunch_summary(SERVERS, acted, WAITS)
     assert lines[0] == ("1/3 serving - gpu1 failed: new configuration crashed in loading_weights; gpu2 deferred (not "
                         "relaunched: an earlier batch failed)")
+    # Started again as it was (killed from outside, relaunch_state restarted): no "new configuration".
+    assert relaunch_summary(SERVERS, [acted[0], dict(acted[1], settings_changed=None)], WAITS)[0].startswith(
+        "1/3 serving - gpu1 failed: crashed in loading_weights; ")
     assert lines[1].split()[3:7] == ["action", "outcome", "failed_in", "ready_s"]
     assert lines[2].split() == ["gpu0", "0", "30000", "relaunched", "ready", "-", "61.3", "2264878", "323"]
     assert lines[3].split() == ["gpu1", "1", "30001", "launched", "crashed", "loading_weights", "-", "-", "-"]

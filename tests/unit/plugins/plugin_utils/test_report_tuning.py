@@ -139,6 +139,16 @@ def test_history_shows_a_rolled_back_change_as_not_live():
     assert row[11:13] == ["(rolled", "back)"]
 
 
+def test_history_shows_an_interrupted_run_as_not_waited_for():
+    runs = [{"run_id": "r4", "time": 1764583320.0, "job": "relaunch", "by": {},
+             "servers": {f"gpu{index}": {"action": "relaunched", "outcome": "interrupted"} for index in range(8)}},
+            {"run_id": "r5", "time": 1764583320.0, "job": "relaunch", "by": {},
+             "servers": {"gpu0": {"outcome": "lost"}, "gpu1": {"outcome": "lost"}}}]
+    _header, interrupted, lost = history_table(runs)
+    assert "interrupted: 8 servers changed, not waited for" in interrupted
+    assert "interrupted: its worker died before it finished (2 servers planned)" in lost
+
+
 def test_probe_settings_are_checked_before_anything_is_touched():
     assert option_problems({"relaunch_probe": {"concurrency": 64, "duration_s": "30"}}) == []
     problems = option_problems({"relaunch_probe": {"duration_s": -5, "route": "chat", "threads": 3}})
@@ -155,9 +165,14 @@ def test_rollback_candidates_and_throughput_regressions():
     assert rollback_candidates(waits) == ["b", "c", "d"], "a server another run replaced is not ours to roll back"
     left_running = dict(waits[2], killed_pids=[], not_killed="kill_stalled is false")
     assert rollback_candidates(waits[:2] + [left_running]) == ["b"], "a stalled server the wait did not kill stays"
-    actions = [{"name": name, "action": action} for name, action in
+    new = [{"setting": "--mem-fraction-static", "before": "0.8", "after": "0.9"}]
+    actions = [{"name": name, "action": action, "settings_changed": new} for name, action in
                (("a", "relaunched"), ("b", "relaunched"), ("c", "unchanged"), ("d", "launched"), ("e", "relaunched"))]
     assert rollback_candidates(waits, actions) == ["b", "d"], "a server this run left unchanged is not rolled back"
+    restarted = [dict(action, settings_changed=None) if action["name"] == "b" else action for action in actions]
+    assert rollback_candidates(waits, [dict(action, settings_changed=None, script_changed=True)
+                                       for action in actions]) == ["b", "d"], "a new script is a new configuration"
+    assert rollback_candidates(waits, restarted) == ["d"], "restarted as it was: no other configuration to go back to"
     probes = [{"name": "a", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1200.0}}}},
               {"name": "b", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 320.0}}}},
               {"name": "c", "since_last_good": None}]
