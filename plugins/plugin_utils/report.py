@@ -338,9 +338,11 @@ def comparison_text(compared):
 
 def since_last_good_lines(servers, actions, waits, verdicts=None):
     """For each relaunched server: the settings that changed and the deltas against the last run it came up in; a
-    server whose new configuration does not serve (rolled back, failed) says so."""
+    server whose new configuration does not serve (rolled back, failed) says so. Servers with nothing to compare
+    share one line per reason (a first launch of 8 servers is one line, not 8)."""
     outcomes = {verdict.name: verdict.outcome for verdict in verdicts or []}
     lines = []
+    nothing_to_compare = {}  # why -> the servers it applies to, in order
     for server in servers:
         waited = waits.get(server["name"]) or {}
         if (actions.get(server["name"]) or {}).get("action") not in STARTED_ACTIONS:
@@ -353,10 +355,13 @@ def since_last_good_lines(servers, actions, waits, verdicts=None):
             lines.append(f"{label} vs {renamed}run {(compared['run_id'] or '-')[:8]} of {_when(compared['time'])}: "
                          f"{comparison_text(compared)}")
         elif waited.get("model_came_up_as"):
-            lines.append(f"{label}: first start on its GPUs; the model came up here before as "
-                         f"{', '.join(waited['model_came_up_as'])} (another topology: nothing to compare)")
+            nothing_to_compare.setdefault(
+                f"first start on its GPUs; the model came up here before as {', '.join(waited['model_came_up_as'])} "
+                "(another topology: nothing to compare)", []).append(label)
         elif "since_last_good" in waited:
-            lines.append(f"{label}: no earlier run of this model came up on this host (nothing to compare)")
+            nothing_to_compare.setdefault("no earlier run of this model came up on this host (nothing to compare)",
+                                          []).append(label)
+    lines += [f"{', '.join(labels)}: {why}" for why, labels in nothing_to_compare.items()]
     return (["since the last good run:"] + ["  " + line for line in lines]) if lines else []
 
 

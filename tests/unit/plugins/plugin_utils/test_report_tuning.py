@@ -47,6 +47,11 @@ def test_summary_compares_only_relaunched_servers():
     first = relaunch_summary([SERVER], [{"name": "gpu0", "action": "launched"}],
                              [dict(waits[0], since_last_good=None)])
     assert first[-1] == "  gpu0: no earlier run of this model came up on this host (nothing to compare)"
+    two = [SERVER, dict(SERVER, name="gpu1", gpus=[1], port=30001)]
+    both = relaunch_summary(two, [{"name": name, "action": "launched"} for name in ("gpu0", "gpu1")],
+                            [dict(waits[0], name=name, since_last_good=None) for name in ("gpu0", "gpu1")])
+    assert both[-2:] == ["since the last good run:",
+                         "  gpu0, gpu1: no earlier run of this model came up on this host (nothing to compare)"]
 
 
 def test_a_new_topology_names_the_servers_it_removed_and_where_the_model_ran_before():
