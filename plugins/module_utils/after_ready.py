@@ -48,6 +48,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     release_host_lock,
     write_state,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
+    server_versions,
+)
 
 # A stalled server is killed only under the host lock; a call that holds it longer is acting on it.
 STALL_KILL_LOCK_SECONDS = 5
@@ -173,6 +176,7 @@ def journal_relaunch(params, trackers, states):
     settings, facts and timings against the newest earlier run in which it came up with the same model."""
     state_dir, run_id = params["state_dir"], params.get("run_id")
     earlier = journal.runs(journal.read_records(state_dir))
+    installed = server_versions({tracker.name: (states[tracker.name] or {}).get("settings") for tracker in trackers})
     entries = {}
     this_run = next((run for run in earlier if run_id and run["run_id"] == run_id), {"servers": {}})
     for tracker in trackers:
@@ -186,6 +190,9 @@ def journal_relaunch(params, trackers, states):
             good["entry"].get("settings") if good and good.get("name") else None)
         entry = journal.relaunch_entry(tracker.result, tracker.log.state.facts, states[tracker.name],
                                        tracker.action, previous, this_run["servers"].get(tracker.name))
+        version = (installed.get(tracker.name) or {}).get("version")
+        if version:
+            entry["sglang_version"] = version
         entries[tracker.name] = entry
         tracker.result["since_last_good"] = journal.compare(good, entry) if good else None
         if good is None:

@@ -54,6 +54,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes imp
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     read_state,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
+    server_versions,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import parse_log
 
 # Per DP rank in "internal_states"; the first rank's values are reported (max_mamba_cache_size as the scheduler
@@ -222,6 +225,8 @@ def describe_servers(params):
     servers = [describe_server(spec, params, now, by_name) for spec in specs]
     foreign = {server["name"]: owner.foreign_listener(server["name"], server["port"], likely=[server["pid"]])
                if server["port"] else None for server in servers}
+    # Which SGLang each server's interpreter has installed now (an upgrade since the launch shows here).
+    installed = server_versions({server["name"]: server["_settings"] for server in servers})
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
         answers = pool.map(lambda server: http_facts(params["host"], server["port"], params, foreign[server["name"]]),
                            servers)
@@ -229,6 +234,7 @@ def describe_servers(params):
             server.update(answer)
             server["status"] = server_status(server, now, foreign[server["name"]])
             settings = server.pop("_settings")
+            server["sglang"] = installed.get(server["name"])
             server["capacity"] = capacity_rules.judge(capacity_snapshot.snapshot_of(
                 server["metrics"], server["server_info"], settings, server["log"].get("facts"))) \
                 if server["metrics"] else None
@@ -239,6 +245,7 @@ def journal_status(params, servers):
     """Append what a status run saw (health, live gauges, the capacity verdict) to the run journal."""
     entries = {server["name"]: {key: value for key, value in (
         ("outcome", server["status"]), ("pid", server["pid"]), ("metrics", server["metrics"]),
-        ("capacity", server["capacity"])) if value is not None} for server in servers}
+        ("capacity", server["capacity"]), ("sglang_version", (server.get("sglang") or {}).get("version")))
+        if value is not None} for server in servers}
     header = dict(journal.run_header(params["state_dir"], "status"), by=params.get("_run_by") or {})
     return journal.append(params["state_dir"], header, entries)

@@ -91,3 +91,12 @@ def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded)
 def installed_sglang_of(interpreters, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
     """:func:`installed_sglang` of each distinct interpreter, in the order given."""
     return [installed_sglang(interpreter, timeout, run) for interpreter in dict.fromkeys(interpreters)]
+
+
+def server_versions(settings_by_name, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
+    """``{name: installed_sglang(...)}`` of each server by the interpreter of its launch command (the first word of
+    the command its launch script runs; each interpreter read once). A server with no recorded command is left out."""
+    interpreters = {name: ((settings or {}).get("command") or [None])[0] for name, settings in settings_by_name.items()}
+    read = {entry["interpreter"]: entry for entry in installed_sglang_of(
+        [interpreter for interpreter in interpreters.values() if interpreter], timeout, run)}
+    return {name: read[interpreter] for name, interpreter in interpreters.items() if interpreter}

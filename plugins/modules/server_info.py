@@ -102,6 +102,14 @@ servers:
     name:
       description: Server name.
       type: str
+    sglang:
+      description:
+        - What the interpreter of the server's launch command (the first word of the command its script runs) has
+          installed of sglang now, read by that interpreter without importing sglang - C(interpreter), C(version)
+          (null when there is none or it cannot be read), C(location), or C(problem) saying why there is no version.
+          Null for a server with no recorded command.
+      type: dict
+      sample: {"interpreter": "/opt/sglang/bin/python", "version": "0.5.23", "location": "/opt/sglang/lib/python3.12/site-packages"}
     status:
       description:
         - V(ready) (health 200), V(starting) (alive, health not 200, no crash in its log), V(crashed) (its log

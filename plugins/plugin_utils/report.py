@@ -516,8 +516,11 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    return ([f"{ready}/{len(servers)} servers ready"] + _table(header, rows) + _launcher_lines(servers, infos)
-            + capacity_lines(servers, infos))
+    # What each server's interpreter has installed now, each interpreter once.
+    installed = {(info.get("sglang") or {}).get("interpreter"): info["sglang"] for info in infos.values()
+                 if info.get("sglang")}
+    return ([f"{ready}/{len(servers)} servers ready"] + installed_lines(installed.values()) + _table(header, rows)
+            + _launcher_lines(servers, infos) + capacity_lines(servers, infos))
 
 
 def capacity_lines(servers, infos):
@@ -607,10 +610,13 @@ def history_table(runs):
                        + (f" ({', '.join(rolled_back)} rolled back)" if rolled_back else ""))
         else:
             outcome = f"{len(entries)} stopped"
-        rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who, outcome,
+        versions = sorted({entry["sglang_version"] for entry in entries if entry.get("sglang_version")})
+        rows.append([_when(run.get("time")), run.get("job"), (run.get("run_id") or "-")[:8], who,
+                     ",".join(versions) or None, outcome,
                      ",".join(changed) or None, *(_spread(entries, fact) for fact in HISTORY_COLUMNS),
                      _seconds(slowest), _seconds(sum(output)) if output else None])
-    header = ["time", "job", "run", "by", "outcome", "changed", *HISTORY_COLUMNS, "slowest_ready_s", "probe_tok/s"]
+    header = ["time", "job", "run", "by", "sglang", "outcome", "changed", *HISTORY_COLUMNS, "slowest_ready_s",
+              "probe_tok/s"]
     return _table(header, rows)
 
 

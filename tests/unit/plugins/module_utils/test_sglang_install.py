@@ -2,9 +2,13 @@
 
 import sys
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.bounded_command import (
+    run_bounded,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
     installed_sglang,
     installed_sglang_of,
+    server_versions,
 )
 
 
@@ -55,3 +59,18 @@ def test_a_dist_info_in_the_working_directory_is_not_the_installed_one(tmp_path,
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.chdir(site_with_sglang(tmp_path, "9.9.9"))
     assert installed_sglang(sys.executable)["version"] is None
+
+
+def test_each_server_is_read_by_the_interpreter_of_its_command_each_interpreter_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(site_with_sglang(tmp_path, "0.5.10")))
+    calls = []
+
+    def counted_run(argv, timeout):
+        calls.append(argv[0])
+        return run_bounded(argv, timeout)
+
+    settings = {name: {"command": [sys.executable, "-m", "sglang.launch_server"], "flags": {}, "env": {}}
+                for name in ("gpu0", "gpu1")}
+    versions = server_versions(dict(settings, unrecorded=None), run=counted_run)
+    assert {name: entry["version"] for name, entry in versions.items()} == {"gpu0": "0.5.10", "gpu1": "0.5.10"}
+    assert calls == [sys.executable], "one read for the interpreter both servers run"

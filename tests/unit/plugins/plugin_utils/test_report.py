@@ -89,6 +89,12 @@ def test_fleet_status_shows_usage_and_nccl_mismatches():
     assert lines[2].split()[:12] == ["gpu0", "0", "30000", "ready", "ready", "42%", "10%", "12", "0", "1234.6",
                                      "120000/143771", "no"]
     assert lines[2].endswith("MISMATCH NCCL_PROTO=Simple (want LL)")
+    # The SGLang each server's interpreter has installed now, each interpreter once, after the first line.
+    installed = {"interpreter": "/opt/sglang/bin/python", "version": "0.5.23"}
+    two = [dict(infos[0], sglang=installed), dict(infos[0], name="gpu1", sglang=installed)]
+    lines = fleet_status(SERVERS[:2], two, gpus)
+    assert lines[:3] == ["2/2 servers ready", "SGLang 0.5.23 (/opt/sglang/bin/python)", lines[2]]
+    assert lines[2].split()[:2] == ["server", "gpus"]
 
 
 def test_fleet_status_says_what_systemd_did():

@@ -119,18 +119,18 @@ def test_probe_table_with_capacity_and_delta():
 
 def test_history_table():
     entry = {"outcome": "ready", "changed": COMPARED["changed"], "facts": {"max_running_requests": 53},
-             "timings": {"ready_s": 95.0}, "probe": {"output_tok_s": 1920.0}}
+             "timings": {"ready_s": 95.0}, "probe": {"output_tok_s": 1920.0}, "sglang_version": "0.5.23"}
     runs = [{"run_id": "r1", "time": 1764583320.0, "job": "relaunch", "by": {"user": "ops", "awx_job_id": "42"},
              "servers": {"gpu0": entry, "gpu1": dict(entry, outcome="crashed", facts={"max_running_requests": 32},
                                                      probe={})}},
             {"run_id": "r2", "time": 1764583400.0, "job": "stop", "by": {"user": "ops", "controller": "laptop"},
              "servers": {"gpu0": {"outcome": "stopped"}}}]
     header, first, second = history_table(runs)
-    assert header.split() == ["time", "job", "run", "by", "outcome", "changed", "max_running_requests",
+    assert header.split() == ["time", "job", "run", "by", "sglang", "outcome", "changed", "max_running_requests",
                               "max_total_num_tokens", "slowest_ready_s", "probe_tok/s"]
-    assert first.split()[2:] == ["relaunch", "r1", "ops", "(AWX", "job", "42)", "1/2", "up", "(crashed)",
+    assert first.split()[2:] == ["relaunch", "r1", "ops", "(AWX", "job", "42)", "0.5.23", "1/2", "up", "(crashed)",
                                  "--mamba-scheduler-strategy", "32-53", "-", "95.0", "1920.0"]
-    assert second.split()[2:6] == ["stop", "r2", "ops@laptop", "1"]
+    assert second.split()[2:7] == ["stop", "r2", "ops@laptop", "-", "1"]
 
 
 def test_history_shows_a_rolled_back_change_as_not_live():
@@ -140,8 +140,8 @@ def test_history_shows_a_rolled_back_change_as_not_live():
     runs = [{"run_id": "r3", "time": 1764583320.0, "job": "relaunch", "by": {},
              "servers": {"gpu0": ready, "gpu1": rolled_back}}]
     row = history_table(runs)[1].split()
-    assert row[5:11] == ["2/2", "up", "(gpu1", "rolled", "back)", "--mamba-scheduler-strategy"]
-    assert row[11:13] == ["(rolled", "back)"]
+    assert row[6:12] == ["2/2", "up", "(gpu1", "rolled", "back)", "--mamba-scheduler-strategy"]
+    assert row[12:14] == ["(rolled", "back)"]
 
 
 def test_history_shows_an_interrupted_run_as_not_waited_for():
