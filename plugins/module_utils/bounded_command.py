@@ -23,11 +23,12 @@ class CommandTimedOut(Exception):
     """The command did not finish in time; its whole process group was SIGKILLed."""
 
 
-def run_bounded(argv, timeout):
-    """``(rc, stdout, stderr)`` of ``argv``, given ``timeout`` seconds in a session of its own."""
+def run_bounded(argv, timeout, env=None):
+    """``(rc, stdout, stderr)`` of ``argv``, given ``timeout`` seconds in a session of its own (``env``: its whole
+    environment, else this process's)."""
     try:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
-                                   stderr=subprocess.PIPE, start_new_session=True)
+                                   stderr=subprocess.PIPE, start_new_session=True, env=env)
     except OSError as exc:
         raise CommandNotRun(f"cannot run {shlex.join(argv)}: {exc}")
     try:

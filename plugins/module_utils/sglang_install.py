@@ -36,6 +36,13 @@ else:
 
 
 _PYTHON = re.compile(r"python[\d.]*$")
+# What of a launch script's environment decides which Python runs and what it imports: read with it.
+INTERPRETER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "VIRTUAL_ENV")
+
+
+def interpreter_env(env):
+    """The part of a launch environment (``sglang_env``, a script's exports) that decides the interpreter's SGLang."""
+    return {name: str(value) for name, value in (env or {}).items() if name in INTERPRETER_ENV and value is not None}
 
 
 def _python_of(path):
@@ -54,11 +61,12 @@ def _python_of(path):
     return words[0] if words and _PYTHON.match(os.path.basename(words[0])) else None
 
 
-def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
-    """What ``interpreter`` (a path or a name on this module's PATH: the launch script's own environment may
-    differ) has installed of sglang."""
+def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded, env=None):
+    """What ``interpreter`` (a path, or a name on the PATH) has installed of sglang, run with the launch
+    environment's ``env`` (interpreter_env: its PATH, PYTHONPATH, ...) over this module's."""
     found = {"interpreter": interpreter, "version": None}
-    path = shutil.which(interpreter)
+    environment = dict(os.environ, **interpreter_env(env))
+    path = shutil.which(interpreter, path=environment.get("PATH"))
     if path is None:
         return dict(found, problem=f"{interpreter} (the server command's interpreter) is not found on this host")
     python = _python_of(path)
@@ -67,7 +75,7 @@ def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded)
                                    "it runs cannot be read; set sglang_version")
     try:
         # -I would drop PYTHONPATH and the user site, which the server itself may rely on.
-        rc, stdout, stderr = run([python, "-c", _READER], timeout)
+        rc, stdout, stderr = run([python, "-c", _READER], timeout, env=environment)
     except CommandTimedOut:
         return dict(found, problem=f"cannot read the SGLang version with {interpreter}: it did not answer within "
                                    f"{timeout:g} s")
@@ -88,15 +96,24 @@ def installed_sglang(interpreter, timeout=READ_TIMEOUT_SECONDS, run=run_bounded)
     return dict(found, version=str(answer["version"]), location=answer.get("location"))
 
 
-def installed_sglang_of(interpreters, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
-    """:func:`installed_sglang` of each distinct interpreter, in the order given."""
-    return [installed_sglang(interpreter, timeout, run) for interpreter in dict.fromkeys(interpreters)]
+def installed_sglang_of(interpreters, timeout=READ_TIMEOUT_SECONDS, run=run_bounded, env=None):
+    """:func:`installed_sglang` of each distinct interpreter, in the order given, with the launch environment
+    ``env``."""
+    return [installed_sglang(interpreter, timeout, run, env) for interpreter in dict.fromkeys(interpreters)]
 
 
 def server_versions(settings_by_name, timeout=READ_TIMEOUT_SECONDS, run=run_bounded):
     """``{name: installed_sglang(...)}`` of each server by the interpreter of its launch command (the first word of
-    the command its launch script runs; each interpreter read once). A server with no recorded command is left out."""
-    interpreters = {name: ((settings or {}).get("command") or [None])[0] for name, settings in settings_by_name.items()}
-    read = {entry["interpreter"]: entry for entry in installed_sglang_of(
-        [interpreter for interpreter in interpreters.values() if interpreter], timeout, run)}
-    return {name: read[interpreter] for name, interpreter in interpreters.items() if interpreter}
+    the command its launch script runs) and the environment its script exports; each such pair read once. A server
+    with no recorded command is left out."""
+    read, versions = {}, {}
+    for name, settings in settings_by_name.items():
+        interpreter = ((settings or {}).get("command") or [None])[0]
+        if not interpreter:
+            continue
+        env = interpreter_env((settings or {}).get("env"))
+        key = (interpreter, tuple(sorted(env.items())))
+        if key not in read:
+            read[key] = installed_sglang(interpreter, timeout, run, env)
+        versions[name] = read[key]
+    return versions

@@ -74,6 +74,13 @@ options:
     type: list
     elements: str
     default: []
+  sglang_env:
+    description:
+      - The environment the launch scripts export (C(sglang_env)); its C(PATH), C(PYTHONPATH), C(PYTHONHOME),
+        C(PYTHONUSERBASE), C(PYTHONNOUSERSITE) and C(VIRTUAL_ENV) are set for the reading of O(sglang_interpreters),
+        as the server will have them. Other variables are not used (nor shown).
+    type: dict
+    default: {}
   run:
     description: Internal, set by the action plugin - who this run is. Do not set it.
     type: dict
@@ -169,6 +176,7 @@ def main():
         **argument_specs.GPU,
         "report_gpus": {"type": "bool", "default": False},
         "sglang_interpreters": {"type": "list", "elements": "str", "default": []},
+        "sglang_env": {"type": "dict", "default": {}, "no_log": True},
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))], supports_check_mode=True)
@@ -182,7 +190,7 @@ def main():
     if module.check_mode:
         # Nothing is held: what a run reads in its first round trip is read all the same, so that check mode
         # renders and checks the launch for the SGLang the host has.
-        read = {"held": False, "sglang": installed_sglang_of(params["sglang_interpreters"])}
+        read = {"held": False, "sglang": installed_sglang_of(params["sglang_interpreters"], env=params["sglang_env"])}
         if params["report_gpus"]:
             try:
                 read["gpus"] = _gpus(params)
@@ -204,7 +212,7 @@ def main():
             held = {"run_id": run["run_id"], "taken_over": holder, "waited": round(now - started, 1)}
             if params["report_gpus"]:
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
-            held["sglang"] = installed_sglang_of(params["sglang_interpreters"])
+            held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["sglang_env"])
             module.exit_json(changed=False, **held)
         # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
         # of this controller and take it over in the next slice.

@@ -61,16 +61,32 @@ def test_a_dist_info_in_the_working_directory_is_not_the_installed_one(tmp_path,
     assert installed_sglang(sys.executable)["version"] is None
 
 
-def test_each_server_is_read_by_the_interpreter_of_its_command_each_interpreter_once(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(site_with_sglang(tmp_path, "0.5.10")))
+def test_each_server_is_read_with_its_scripts_environment_each_interpreter_and_environment_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     calls = []
 
-    def counted_run(argv, timeout):
+    def counted_run(argv, timeout, env=None):
         calls.append(argv[0])
-        return run_bounded(argv, timeout)
+        return run_bounded(argv, timeout, env=env)
 
-    settings = {name: {"command": [sys.executable, "-m", "sglang.launch_server"], "flags": {}, "env": {}}
+    # The scripts export a PYTHONPATH (sglang_env): the servers import from there, so the reader does too.
+    exported = {"PYTHONPATH": str(site_with_sglang(tmp_path, "0.5.10")), "HF_TOKEN": "********"}
+    settings = {name: {"command": [sys.executable, "-m", "sglang.launch_server"], "flags": {}, "env": exported}
                 for name in ("gpu0", "gpu1")}
+    settings["plain"] = {"command": [sys.executable], "flags": {}, "env": {}}
     versions = server_versions(dict(settings, unrecorded=None), run=counted_run)
-    assert {name: entry["version"] for name, entry in versions.items()} == {"gpu0": "0.5.10", "gpu1": "0.5.10"}
-    assert calls == [sys.executable], "one read for the interpreter both servers run"
+    found = {name: entry["version"] for name, entry in versions.items()}
+    assert found == {"gpu0": "0.5.10", "gpu1": "0.5.10", "plain": None}
+    assert calls == [sys.executable, sys.executable], "one read per interpreter and environment"
+
+
+def test_the_launch_environment_decides_which_python_and_what_it_imports(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python3").symlink_to(sys.executable)
+    env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "PYTHONPATH": str(site_with_sglang(tmp_path, "0.5.23")),
+           "SECRET_TOKEN": "never-used"}
+    found = installed_sglang("python3", env=env)
+    assert found["interpreter"] == "python3" and found["version"] == "0.5.23"
+    assert installed_sglang_of(["python3"], env=env)[0]["version"] == "0.5.23"
