@@ -17,6 +17,8 @@ description:
     sentence.
   - Keys that restate a failure for Ansible's own use are left out - a failed role argument validation's whole
     argument spec, an assert's expression, a failed_when's verdict.
+  - The message is printed as plain text after the host's C(fatal) label - a list of problems one per line, a
+    traceback as its lines - and the rest of the result after it.
   - At C(-vvv) and above, failures are shown exactly as C(ansible.builtin.default) shows them.
   - Interrupted (Ctrl-C) in a task of M(gpuops.sglang.server), M(gpuops.sglang.wait) or M(gpuops.sglang.probe),
     it says what goes on on the hosts (their work runs detached there) and how to see it, after Ansible's own
@@ -34,7 +36,10 @@ import atexit
 
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+from ansible.vars.clean import strip_internal_keys
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
+    SHOW_EVERYTHING_VERBOSITY,
+    failure_sentence,
     interruption_note,
     operator_failure,
 )
@@ -69,8 +74,37 @@ class CallbackModule(DefaultCallback):
             self._display.display(note, color=C.COLOR_WARN, stderr=True)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        operator_failure(result.result, self._display.verbosity)
-        super().v2_runner_on_failed(result, ignore_errors)
+        if not self._said_once(result, "fatal", C.COLOR_ERROR):
+            super().v2_runner_on_failed(result, ignore_errors)
+        elif ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def v2_runner_on_unreachable(self, result):
+        if not self._said_once(result, "unreachable", C.COLOR_UNREACHABLE):
+            super().v2_runner_on_unreachable(result)
+        elif result.task.ignore_unreachable:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def _said_once(self, result, label, color):
+        """Print a failed or unreachable result as ``<label>: [host]: <its sentence>``, the sentence as plain text
+        (not a YAML string: quotes doubled, a traceback one escaped line), then whatever else the result says.
+        False, printing nothing, where Ansible's own output is kept: -vvv, no sentence, a loop's results."""
+        shown = operator_failure(result.result, self._display.verbosity)
+        sentence = failure_sentence(shown.get("msg"))
+        if sentence is None or self._display.verbosity >= SHOW_EVERYTHING_VERBOSITY or (
+                result.task.loop and "results" in shown):
+            return False
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        self._handle_warnings_and_exception(result)
+        self._clean_results(shown, result.task.action)
+        if self._display.verbosity < 2 and self.get_option("show_task_path_on_failure"):
+            self._print_task_path(result.task)
+        rest = {key: value for key, value in shown.items() if key not in ("msg", "changed", "failed", "unreachable")}
+        rest = self._dump_results(rest) if strip_internal_keys(dict(rest)) else ""
+        self._display.display(f"{label}: [{self.host_label(result)}]: {sentence}" + (f"\n{rest}" if rest else ""),
+                              color=color, stderr=self.get_option("display_failed_stderr"))
+        return True
 
     def v2_runner_item_on_failed(self, result):
         operator_failure(result.result, self._display.verbosity)

@@ -58,6 +58,16 @@ def unwrapped(message):
     return message
 
 
+def failure_sentence(message):
+    """A failure's message as the text to print: a list of problems one per line; None when it is neither a string
+    nor a list of strings (the result is then shown as Ansible shows it)."""
+    if isinstance(message, str) and message:
+        return message
+    if isinstance(message, list) and message and all(isinstance(item, str) for item in message):
+        return "\n".join(message)
+    return None
+
+
 def operator_failure(result, verbosity):
     """The failed task result ``result`` (a dict) as the callback shows it, changed in place: the restating keys
     dropped and the message unwrapped, below -vvv. A role's argument validation keeps its argument_errors only

@@ -2,6 +2,7 @@
 them; tests/integration/test_roles.py reads the real output)."""
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
+    failure_sentence,
     interruption_note,
     operator_failure,
     unwrapped,
@@ -54,3 +55,10 @@ def test_an_interruption_says_what_goes_on_for_the_modules_that_leave_work_runni
                            "server sequence it started (stop, verify GPU memory, launch) goes on there")
     assert note.endswith("records it in the journal (playbooks/history.yml).")
     assert interruption_note("Summary", "ansible.builtin.debug") is None
+
+
+def test_the_message_is_printed_as_text_a_list_one_problem_per_line():
+    assert failure_sentence("gpu0 crashed\nTraceback (most recent call last):") == (
+        "gpu0 crashed\nTraceback (most recent call last):")
+    assert failure_sentence(["a is out of range", "b must be a dict"]) == "a is out of range\nb must be a dict"
+    assert failure_sentence(None) is None and failure_sentence([{"a": 1}]) is None and failure_sentence("") is None
