@@ -85,14 +85,18 @@ class CallbackModule(DefaultCallback):
         elif result.task.ignore_unreachable:
             self._display.display("...ignoring", color=C.COLOR_SKIP)
 
-    def _said_once(self, result, label, color):
+    def v2_runner_item_on_failed(self, result):
+        if not self._said_once(result, "failed", C.COLOR_ERROR, item=True):
+            super().v2_runner_item_on_failed(result)
+
+    def _said_once(self, result, label, color, item=False):
         """Print a failed or unreachable result as ``<label>: [host]: <its sentence>``, the sentence as plain text
         (not a YAML string: quotes doubled, a traceback one escaped line), then whatever else the result says.
         False, printing nothing, where Ansible's own output is kept: -vvv, no sentence, a loop's results."""
         shown = operator_failure(result.result, self._display.verbosity)
         sentence = failure_sentence(shown.get("msg"))
         if sentence is None or self._display.verbosity >= SHOW_EVERYTHING_VERBOSITY or (
-                result.task.loop and "results" in shown):
+                not item and result.task.loop and "results" in shown):
             return False
         if self._last_task_banner != result.task._uuid:
             self._print_task_banner(result.task)
@@ -100,12 +104,14 @@ class CallbackModule(DefaultCallback):
         self._clean_results(shown, result.task.action)
         if self._display.verbosity < 2 and self.get_option("show_task_path_on_failure"):
             self._print_task_path(result.task)
-        rest = {key: value for key, value in shown.items() if key not in ("msg", "changed", "failed", "unreachable")}
+        said = {"msg", "changed", "failed", "unreachable"}
+        where = f"[{self.host_label(result)}]"
+        if item:
+            # The item is named in the label; the loop's own variables restate it.
+            where += f" (item={self._get_item_label(shown)})"
+            said |= {"ansible_loop", "ansible_loop_var", "ansible_index_var", shown.get("ansible_loop_var", "item")}
+        rest = {key: value for key, value in shown.items() if key not in said}
         rest = self._dump_results(rest) if strip_internal_keys(dict(rest)) else ""
-        self._display.display(f"{label}: [{self.host_label(result)}]: {sentence}" + (f"\n{rest}" if rest else ""),
+        self._display.display(f"{label}: {where}: {sentence}" + (f"\n{rest}" if rest else ""),
                               color=color, stderr=self.get_option("display_failed_stderr"))
         return True
-
-    def v2_runner_item_on_failed(self, result):
-        operator_failure(result.result, self._display.verbosity)
-        super().v2_runner_item_on_failed(result)

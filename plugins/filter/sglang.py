@@ -21,6 +21,7 @@ FILTERS = {
     "launch_credentials": ("launch_script", "launch_credentials", None),
     "launch_check": ("launch_script", "launch_check", "LaunchScriptError"),
     "server_interpreters": ("launch_script", "server_interpreters", "LaunchScriptError"),
+    "interpreter_env": ("launch_script", "interpreter_env", None),
     "cache_dirs": ("launch_script", "cache_dirs", "LaunchScriptError"),
     "local_model_paths": ("launch_script", "local_model_paths", "LaunchScriptError"),
     "nccl_env": ("nccl", "resolve_nccl", "NcclError"),

@@ -74,11 +74,13 @@ options:
     type: list
     elements: str
     default: []
-  sglang_env:
+  interpreter_env:
     description:
-      - The environment the launch scripts export (C(sglang_env)); its C(PATH), C(PYTHONPATH), C(PYTHONHOME),
-        C(PYTHONUSERBASE), C(PYTHONNOUSERSITE) and C(VIRTUAL_ENV) are set for the reading of O(sglang_interpreters),
-        as the server will have them. Other variables are not used (nor shown).
+      - The C(PATH), C(PYTHONPATH), C(PYTHONHOME), C(PYTHONUSERBASE), C(PYTHONNOUSERSITE) and C(VIRTUAL_ENV) the launch
+        scripts export (the role passes them from C(sglang_env) with the filter C(gpuops.sglang.interpreter_env)),
+        set for the reading of O(sglang_interpreters) as the server will have them; other variables are ignored.
+      - Not a place for secrets - pass only these variables (a no_log option would mask its values, such as C(40),
+        wherever they appear in the result).
     type: dict
     default: {}
   run:
@@ -176,7 +178,7 @@ def main():
         **argument_specs.GPU,
         "report_gpus": {"type": "bool", "default": False},
         "sglang_interpreters": {"type": "list", "elements": "str", "default": []},
-        "sglang_env": {"type": "dict", "default": {}, "no_log": True},
+        "interpreter_env": {"type": "dict", "default": {}},
         "run": {"type": "dict"},
         "_carry": {"type": "dict"},
     }, required_if=[("state", "released", ("run_id",))], supports_check_mode=True)
@@ -190,7 +192,7 @@ def main():
     if module.check_mode:
         # Nothing is held: what a run reads in its first round trip is read all the same, so that check mode
         # renders and checks the launch for the SGLang the host has.
-        read = {"held": False, "sglang": installed_sglang_of(params["sglang_interpreters"], env=params["sglang_env"])}
+        read = {"held": False, "sglang": installed_sglang_of(params["sglang_interpreters"], env=params["interpreter_env"])}
         if params["report_gpus"]:
             try:
                 read["gpus"] = _gpus(params)
@@ -212,7 +214,7 @@ def main():
             held = {"run_id": run["run_id"], "taken_over": holder, "waited": round(now - started, 1)}
             if params["report_gpus"]:
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
-            held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["sglang_env"])
+            held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["interpreter_env"])
             module.exit_json(changed=False, **held)
         # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
         # of this controller and take it over in the next slice.

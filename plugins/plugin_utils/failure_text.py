@@ -70,9 +70,10 @@ def failure_sentence(message):
 
 def operator_failure(result, verbosity):
     """The failed task result ``result`` (a dict) as the callback shows it, changed in place: the restating keys
-    dropped and the message unwrapped, below -vvv. A role's argument validation keeps its argument_errors only
+    dropped and the message unwrapped, below -vvv (a no_log result is left whole). A role's argument validation keeps its argument_errors only
     where its message does not already say them."""
-    if verbosity >= SHOW_EVERYTHING_VERBOSITY:
+    if verbosity >= SHOW_EVERYTHING_VERBOSITY or "censored" in result:
+        # A no_log result says only that it is hidden: Ansible's [ERROR] block is then what names the failure.
         return result
     for key in RESTATING_KEYS:
         result.pop(key, None)

@@ -26,6 +26,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     credential_name,
     named_credentials,
 )
+
+# Re-exported for the filter of the same name: what of sglang_env host_lock's version reader gets.
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (  # noqa: F401
+    interpreter_env,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import flag_check
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
     resolve_nccl,

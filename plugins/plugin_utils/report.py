@@ -108,9 +108,9 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
             + probe_lines(probe))
 
 
-def canary_report(wait_results, canaries, deferred, probe_servers=None):
+def canary_report(wait_results, canaries, following, probe_servers=None):
     """``canary passed: gpu0 (ready in 5.2 s, max_total_num_tokens 2.26M, max_running_requests 53) - now the other
-    7 servers: gpu1, ...``: the canary's own figures (and its probed output), said before the others follow."""
+    7 servers: gpu1, ...``: the canary's own figures (and its probed output), said before the ``following`` go."""
     waits, probed = by_name(wait_results), by_name(probe_servers)
     described = []
     for name in canaries:
@@ -121,8 +121,8 @@ def canary_report(wait_results, canaries, deferred, probe_servers=None):
         output = (probed.get(name) or {}).get("output_tok_s")
         figures += [f"output {output:.0f} tok/s"] if isinstance(output, (int, float)) else []
         described.append(f"{name} ({', '.join(figures)})" if figures else name)
-    return (f"canary passed: {'; '.join(described)} - now the other {counted(len(deferred), 'server')}: "
-            f"{', '.join(deferred)}")
+    return (f"canary passed: {'; '.join(described)} - now the other {counted(len(following), 'server')}: "
+            f"{', '.join(following)}")
 
 
 def removed_lines(removed, check_mode=False):

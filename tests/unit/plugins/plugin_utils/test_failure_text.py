@@ -62,3 +62,9 @@ def test_the_message_is_printed_as_text_a_list_one_problem_per_line():
         "gpu0 crashed\nTraceback (most recent call last):")
     assert failure_sentence(["a is out of range", "b must be a dict"]) == "a is out of range\nb must be a dict"
     assert failure_sentence(None) is None and failure_sentence([{"a": 1}]) is None and failure_sentence("") is None
+
+
+def test_a_no_log_result_keeps_the_exception_that_names_its_failure():
+    hidden = {"failed": True, "censored": "the output has been hidden due to the fact that 'no_log: true' was "
+                                          "specified for this result", "exception": "NCCL_NTHREADS='100' is not valid"}
+    assert operator_failure(dict(hidden), verbosity=0) == hidden
