@@ -35,6 +35,7 @@ requirements:
 import atexit
 
 from ansible import constants as C
+from ansible import context
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible.vars.clean import strip_internal_keys
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
@@ -67,7 +68,8 @@ class CallbackModule(DefaultCallback):
 
     def _say_what_goes_on(self):
         """At exit without the play's end (ansible-playbook interrupted): what the interrupted task left running."""
-        if self._ended or self._running_task is None:
+        # In check mode nothing runs detached on the hosts.
+        if self._ended or self._running_task is None or context.CLIARGS.get("check"):
             return
         note = interruption_note(*self._running_task)
         if note:

@@ -368,6 +368,12 @@ servers:
       elements: dict
       returned: when its launch script changes
       sample: [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": "no_buffer"}]
+    came_up_before:
+      description:
+        - For a server this call launches, whether its launch script is one it came up with on this host before (one
+          of its last good scripts, C(<state_dir>/last-good/)); false for a configuration new to it.
+      type: bool
+      returned: when the server is launched or relaunched
     script_changed:
       description:
         - Its launch script was written anew (new, or changed) by this call - a new configuration. A server started

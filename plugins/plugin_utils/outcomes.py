@@ -32,9 +32,11 @@ def by_name(results):
 
 
 def started_anew(acted):
-    """The server module launched the server with a launch script it wrote in this call: a new configuration (not a
-    server started again as it was, after it was killed from outside or restarted)."""
-    return acted.get("action") in STARTED_ACTIONS and bool(acted.get("script_changed") or acted.get("settings_changed"))
+    """The server module launched the server with a new configuration: a launch script it wrote in this call, or
+    one that never came up on this host (written by an earlier run that failed or was interrupted) - not a server
+    started again as it ran before (killed from outside, restarted)."""
+    return acted.get("action") in STARTED_ACTIONS and bool(
+        acted.get("script_changed") or acted.get("settings_changed") or acted.get("came_up_before") is False)
 
 
 def attempt_words(waited, new_configuration=True):

@@ -356,8 +356,8 @@ def since_last_good_lines(servers, actions, waits, verdicts=None):
                          f"{comparison_text(compared)}")
         elif waited.get("model_came_up_as"):
             nothing_to_compare.setdefault(
-                f"first start on its GPUs; the model came up here before as {', '.join(waited['model_came_up_as'])} "
-                "(another topology: nothing to compare)", []).append(label)
+                f"first run of this model under this name on these GPUs; it came up here before as "
+                f"{', '.join(waited['model_came_up_as'])} (nothing to compare)", []).append(label)
         elif "since_last_good" in waited:
             nothing_to_compare.setdefault("no earlier run of this model came up on this host (nothing to compare)",
                                           []).append(label)

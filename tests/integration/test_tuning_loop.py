@@ -71,8 +71,8 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     lines = summary(merged)
     assert (f"stopped 2 servers no longer in the topology: gpu0, gpu1; their launch scripts stay: "
             f"{sim_host.script('gpu0')}, {sim_host.script('gpu1')}") in lines, lines
-    assert ("gpu0-1: first start on its GPUs; the model came up here before as gpu0, gpu1 (another topology: "
-            "nothing to compare)") in [line.strip() for line in lines], lines
+    assert ("gpu0-1: first run of this model under this name on these GPUs; it came up here before as gpu0, gpu1 "
+            "(nothing to compare)") in [line.strip() for line in lines], lines
     # Renamed on the same GPUs: compared with what ran under the old name.
     renamed = sim_host.run("relaunch", dict(merged_settings, sglang_servers=[
         {"name": "main", "port": sim_host.port(0), "gpus": [0, 1], "tp_size": 2}]))

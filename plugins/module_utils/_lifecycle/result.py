@@ -6,6 +6,7 @@ the ServerRuns (run.py) of every server of the call, in request order."""
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     journal,
+    last_good,
     server_plan,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
@@ -68,6 +69,9 @@ def _server_result(control, run):
         "drain": run.drain.report() if run.drain else None,
         "router": {"worker_url": plan.worker_url, "removed_ids": run.router_removed} if plan.worker_url else None,
         **_rollback_result(plan),
+        # Whether the configuration it is launched with came up on this host before (one of its last good scripts).
+        **({"came_up_before": last_good.came_up_with(control.state_dir, plan.name, plan.script_sha256)}
+           if plan.launches else {}),
     }
 
 
@@ -125,7 +129,7 @@ def journaled(control, runs, built):
     # Not a rollback's launch: the wait that follows records it over this run's failed attempt, which it keeps.
     if not stopping and not params.get("rollback"):
         entries.update((run.name, {"action": run.plan.action, "outcome": UNWAITED}) for run in runs
-                       if run.plan.launches and not run.down and run.name not in entries)
+                       if run.plan.launches and not run.down and not run.error and run.name not in entries)
     if entries:
         header = journal.run_header(control.state_dir, "stop" if stopping else "relaunch", params.get("run_id"))
         built["journal_error"] = journal.append(control.state_dir, header, entries)

@@ -62,8 +62,8 @@ def test_a_new_topology_names_the_servers_it_removed_and_where_the_model_ran_bef
     lines = relaunch_summary([merged], [{"name": "gpu0-1", "action": "launched"}], waits, removed=removed)
     assert "stopped 2 servers no longer in the topology: gpu0, gpu1; their launch scripts stay: /s/gpu0.sh, " \
            "/s/gpu1.sh" in lines
-    assert lines[-1] == ("  gpu0-1: first start on its GPUs; the model came up here before as gpu0, gpu1 (another "
-                         "topology: nothing to compare)")
+    assert lines[-1] == ("  gpu0-1: first run of this model under this name on these GPUs; it came up here before as "
+                         "gpu0, gpu1 (nothing to compare)")
     checked = relaunch_summary([merged], [{"name": "gpu0-1", "action": "launched"}], [], check_mode=True,
                                removed=removed[:1])
     assert "would stop 1 server no longer in the topology: gpu0; their launch scripts stay: /s/gpu0.sh" in checked
@@ -177,6 +177,8 @@ def test_rollback_candidates_and_throughput_regressions():
     restarted = [dict(action, settings_changed=None) if action["name"] == "b" else action for action in actions]
     assert rollback_candidates(waits, [dict(action, settings_changed=None, script_changed=True)
                                        for action in actions]) == ["b", "d"], "a new script is a new configuration"
+    never_up = [dict(action, settings_changed=None, came_up_before=action["name"] != "b") for action in actions]
+    assert rollback_candidates(waits, never_up) == ["b"], "a script that never came up is a new configuration"
     assert rollback_candidates(waits, restarted) == ["d"], "restarted as it was: no other configuration to go back to"
     probes = [{"name": "a", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 1200.0}}}},
               {"name": "b", "since_last_good": {"probe": {"output_tok_s": {"before": 1280.0, "after": 320.0}}}},
