@@ -26,10 +26,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import (
     credential_name,
     named_credentials,
 )
-
-# Re-exported for the filter of the same name: what of sglang_env host_lock's version reader gets.
-from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (  # noqa: F401
-    interpreter_env,
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
+    interpreter_env as version_reader_env,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import flag_check
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.nccl import (
@@ -260,6 +258,11 @@ def _extra_flags(extra_args):
         if value is not True:
             flags += _extra_values(key, value)
     return flags
+
+
+def interpreter_env(env):
+    """The filter of that name: what of ``sglang_env`` host_lock's version reader gets (PATH, PYTHONPATH, ...)."""
+    return version_reader_env(env)
 
 
 def server_interpreters(servers, settings):

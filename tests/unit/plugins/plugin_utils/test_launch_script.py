@@ -20,6 +20,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
     LaunchScriptError,
     api_key_problem,
     cache_dirs,
+    interpreter_env,
     launch_argv,
     launch_check,
     launch_credentials,
@@ -282,3 +283,11 @@ def test_a_render_without_the_host_sglang_says_what_it_did_not_check():
                       "real run reads it and may render or refuse otherwise")]
     installed = [{"interpreter": "python3", "version": "0.5.23"}]
     assert launch_check([SERVER], dict(SETTINGS, version=None, installed_sglang=installed))["notes"] == []
+
+
+def test_the_version_reader_gets_only_the_variables_that_choose_the_python_never_a_secret():
+    env = {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/opt/site", "VIRTUAL_ENV": "/opt/venv", "HF_TOKEN": "hf_x",
+           "NCCL_PROTO": "LL", "SGLANG_SIM_DECODE_TOKENS_PER_S": 40}
+    assert interpreter_env(env) == {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/opt/site",
+                                    "VIRTUAL_ENV": "/opt/venv"}
+    assert interpreter_env(None) == {}
