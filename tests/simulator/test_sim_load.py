@@ -283,10 +283,13 @@ def test_time_to_first_token_is_queue_wait_plus_prefill(launch):
     first.join()
     prefill, decode = 200 / 1000, 9 / 50
     sent, first_token, *_rest, done = times["first"]
-    assert first_token - sent == pytest.approx(prefill, abs=0.05)
-    assert done - sent == pytest.approx(prefill + decode, abs=0.05)
-    second_sent, second_first_token = times["second"][:2]
-    assert second_first_token - second_sent == pytest.approx(done - second_sent + prefill, abs=0.05)
+    # Lower bounds are the model (no token before its prefill, none of the second before the first is done and its
+    # own prefill ran); the upper ones only keep a loaded machine's scheduling delays from failing it.
+    slack = 1.0
+    assert prefill - 0.01 <= first_token - sent <= prefill + slack
+    assert prefill + decode - 0.01 <= done - sent <= prefill + decode + slack
+    second_first_token = times["second"][1]
+    assert done + prefill - 0.01 <= second_first_token <= done + prefill + slack
 
 
 def test_kv_pool_limits_admission(launch):
