@@ -12,6 +12,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_canary_candidates',
     'relaunch_canary_deferred',
     'relaunch_canary_done',
+    'relaunch_canary_is_auto',
     'relaunch_canary_max_drop_percent',
     'relaunch_canary_names',
     'relaunch_canary_on',
