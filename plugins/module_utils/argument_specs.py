@@ -107,6 +107,7 @@ SERVER_RANGES = dict(
     log_generations=option_ranges.count(1, 100),
     progress_interval=option_ranges.PROGRESS_INTERVAL,
     max_changes=option_ranges.count(1, 4096),
+    batch_size=option_ranges.count(1, 4096),
 )
 # gpuops.sglang.wait
 WAIT_ARGUMENT_SPEC = {

@@ -332,8 +332,19 @@ class SystemdLauncher(Launcher):
 
     def release(self, name):
         # Deactivated first, so that a process killed in it is not restarted (Restart=on-failure); then disabled.
-        self._systemctl("stop", "--no-block", self.unit(name), check=False)
+        unit = self.unit(name)
+        stop_rc, _stdout = self._systemctl("stop", "--no-block", unit, check=False)
         self.stopped(name)
+        # What systemd says afterwards decides, not the exit codes: a unit that is not loaded has nothing to stop.
+        props = self.properties(name)
+        problems = []
+        if stop_rc != 0 and props.get("LoadState") == "loaded":
+            problems.append(f"could not be stopped (systemctl stop: rc {stop_rc}), so its restart policy may start "
+                            "it again")
+        if props.get("UnitFileState") == "enabled":
+            problems.append("is still enabled after systemctl disable, so it starts again at boot")
+        if problems:
+            raise LauncherError(f"{unit} " + " and ".join(problems))
 
     def stopped(self, name):
         # Stopped means stopped also after a reboot.

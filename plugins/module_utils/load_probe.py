@@ -35,6 +35,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     http_get,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
+    gpus_of,
     model_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.probe_figures import (
@@ -321,8 +322,10 @@ def _journal_probe(params, results, host, states):
         probe = {key: result[key] for key in FIGURES + ("requests", "errors", "concurrency", "window_s")}
         probe.update(route=params["route"], input_len=params["input_len"], output_len=params["output_len"])
         entries[result["name"]] = {"probe": probe, "capacity": result.get("capacity")}
-        model = model_of(states[result["name"]].get("settings"))
-        good = journal.last_good(earlier, result["name"], model, before_run_id=run_id)
+        settings = states[result["name"]].get("settings")
+        # A renamed server (same model, same GPUs) is compared with what ran under its old name, as the wait does.
+        good = journal.last_good(earlier, result["name"], model_of(settings), before_run_id=run_id,
+                                 gpus=gpus_of(settings))
         if good and good["entry"].get("probe"):
             result["since_last_good"] = journal.compare(good, dict(good["entry"], probe=probe))
     header = journal.run_header(state_dir, "probe", run_id)

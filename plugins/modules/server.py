@@ -237,11 +237,19 @@ options:
       - What O(max_changes) limits. V(all) - every server that needs a change.
       - V(unseen) - a canary only for a configuration that never came up on this host. The first O(max_changes)
         servers whose new launch script is not one of their last good ones (C(<state_dir>/last-good/)) get it, and
-        every other server that would be stopped is V(deferred); a server that runs nothing is launched all the
-        same. When every change goes back to a configuration its server came up with, nothing is deferred.
+        every other server that would stop a serving process - its own, or that of a renamed or removed server in
+        its way (RV(stale_killed)) - is V(deferred); a server that stops nothing is launched all the same. When
+        every change goes back to a configuration its server came up with, there is no canary and only
+        O(batch_size) limits.
     type: str
     choices: [all, unseen]
     default: all
+  batch_size:
+    description:
+      - At most this many of the servers that need a change get it in this call - the canary first, then the first
+        ones in the order of O(servers); the others are V(deferred) as with O(max_changes). Unset - no limit
+        (1-4096).
+    type: int
   stop_timeout:
     description: Seconds to wait after SIGTERM (after the drain) before sending SIGKILL to what is left (0-3600).
     type: float
@@ -449,6 +457,15 @@ stale_killed:
   type: list
   elements: dict
   sample: [{"pid": 3000, "cmdline": "sglang::scheduler", "server": "old-name", "holds": "GPU 2", "signal": "SIGTERM"}]
+canary:
+  description:
+    - The servers that went first while the others (V(deferred)) wait for them - the first O(max_changes) that need a
+      change, or with O(max_changes_scope=unseen) those going to a configuration they never came up with. Empty
+      when nothing waits for a canary.
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu0]
 removed:
   description:
     - The servers of RV(stale_killed) (renamed or removed from the topology), each with the launch script it ran,
@@ -540,6 +557,7 @@ ARGUMENT_SPEC = {
     "rollback": {"type": "bool", "default": False},
     "max_changes": {"type": "int"},
     "max_changes_scope": {"type": "str", "choices": ["all", "unseen"], "default": "all"},
+    "batch_size": {"type": "int"},
     "scripts": {"type": "list", "elements": "dict", "default": [], "options": {
         "name": {"type": "str", "required": True},
         "path": {"type": "path", "required": True},

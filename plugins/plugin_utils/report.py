@@ -516,11 +516,23 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    # What each server's interpreter has installed now, each interpreter once.
-    installed = {(info.get("sglang") or {}).get("interpreter"): info["sglang"] for info in infos.values()
-                 if info.get("sglang")}
-    return ([f"{ready}/{len(servers)} servers ready"] + installed_lines(installed.values()) + _table(header, rows)
+    return ([f"{ready}/{len(servers)} servers ready"] + _server_sglang_lines(servers, infos) + _table(header, rows)
             + _launcher_lines(servers, infos) + capacity_lines(servers, infos))
+
+
+def _server_sglang_lines(servers, infos):
+    """What each server's interpreter has installed now, each answer once; where the servers' answers differ (two
+    environments with an interpreter of the same name), each names where it was found and its servers."""
+    by_answer = {}
+    for server in servers:
+        answer = (infos.get(server["name"]) or {}).get("sglang")
+        if isinstance(answer, dict):
+            key = tuple(answer.get(field) for field in ("interpreter", "version", "location", "problem"))
+            by_answer.setdefault(key, (answer, []))[1].append(server["name"])
+    if len(by_answer) < 2:
+        return installed_lines([answer for answer, _names in by_answer.values()])
+    return [f"{line}{' in ' + answer['location'] if answer.get('location') else ''}: {', '.join(names)}"
+            for answer, names in by_answer.values() for line in installed_lines([answer])]
 
 
 def capacity_lines(servers, infos):

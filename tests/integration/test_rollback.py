@@ -141,6 +141,34 @@ def test_a_configuration_new_to_the_host_goes_to_one_server_first_and_a_known_on
     assert server_actions(off) == [{"gpu0": "relaunched", "gpu1": "relaunched"}]
 
 
+def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host):
+    # relaunch_canary auto. A first launch in batches of one: the canary first (nothing serves yet, but the batch
+    # size is a limit on concurrent startups too).
+    batched = sim_host.run("relaunch", {"sglang_gpu_count": 2, "relaunch_batch_size": 1})
+    assert batched.rc == 0, batched.stdout
+    assert server_actions(batched) == [{"gpu0": "launched", "gpu1": "deferred"}, {"gpu1": "launched"}]
+
+    # Renamed: the new names run nothing yet, but each stops an old server in its way - the first goes alone, the
+    # other old server keeps serving until it is up, and only the old server in the canary's way is stopped.
+    renamed = [{"name": f"a{index}", "port": sim_host.port(index), "gpus": [index]} for index in range(2)]
+    rename = sim_host.run("relaunch", {"sglang_servers": renamed})
+    assert rename.rc == 0, rename.stdout
+    assert server_actions(rename) == [{"a0": "launched", "a1": "deferred"}, {"a1": "launched"}]
+    calls = [task for task in rename.task("Bring servers") if task.get("servers")]
+    assert [entry["name"] for entry in calls[0]["removed"]] == ["gpu0"]
+    assert calls[0]["canary"] == ["a0"]
+    assert [entry["name"] for entry in calls[1]["removed"]] == ["gpu1"]
+    [passed] = [task["msg"] for task in rename.task("Say that the canary passed") if not task.get("skipped")]
+    assert passed.startswith("canary passed: a0 (ready in ") and passed.endswith(" - now the other 1 server: a1")
+
+    # A configuration both came up with, in batches of one: no canary, batch by batch as asked.
+    known = sim_host.run("relaunch", {"sglang_servers": renamed, "relaunch_batch_size": 1,
+                                      "relaunch_state": "restarted"})
+    assert known.rc == 0, known.stdout
+    assert server_actions(known) == [{"a0": "relaunched", "a1": "deferred"}, {"a1": "relaunched"}]
+    assert not [task for task in known.task("Say that the canary passed") if not task.get("skipped")]
+
+
 def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_one_is_left_stopped(
         sim_host, model_dir):
     assert sim_host.run("relaunch", {"sglang_gpu_count": 2}).rc == 0

@@ -10,6 +10,7 @@ SIGTERM -> wait -> SIGKILL, verify its GPUs free, launch it. One server whose GP
 process survives SIGKILL, is reported down; the others go on.
 """
 
+import collections
 import re
 import time
 
@@ -75,6 +76,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 )
 
 SCRIPT_MODE = 0o700
+# What is in the way of the plans of one call (ServerControl._conflicts): blockers by server name (pid -> ProcessInfo),
+# refusals, stale servers removed (name -> state file), stale and force-killed processes (pid -> description).
+Conflicts = collections.namedtuple("Conflicts", ["blockers", "problems", "removed", "stale", "foreign"])
 SCRIPT_DIRECTORY_MODE = 0o755
 
 
@@ -101,6 +105,7 @@ class ServerControl:
         # What happened to whom, in order, for the progress lines: {"server", "event", "at_s", ...}.
         self.events = []
         self.router = None
+        self.canary = []  # the servers that go first while others wait for them (defer_beyond_max_changes)
         self.act_started = None
         self.scripts = {script["name"]: script for script in params.get("scripts") or []}
         # rollback: the servers going back to their last good script (name -> its record), and those that have none.
@@ -150,8 +155,10 @@ class ServerControl:
                 return dict(with_settings_changed(act(self, plans, progress), scripts), **extra)
 
             try:
+                # What a lost worker's run is journaled as: the servers it was to change, each with its action.
                 host_job.start(self.state_dir, job_id, work,
-                               {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans]},
+                               {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans if plan.changes],
+                                "actions": {plan.name: plan.action for plan in plans if plan.changes}},
                                keep_fds=(lock_fd,))
             except OSError as exc:
                 raise ServerControlError(f"cannot record the job in {self.state_dir}: {exc}; no server was stopped")
@@ -174,11 +181,6 @@ class ServerControl:
         plans = [self._plan(spec) for spec in self.params["servers"]]
         if not check_mode:
             plans = self._record_restarts(plans)
-        came_up_with = None
-        if self.params.get("max_changes_scope") == "unseen":
-            def came_up_with(name, script_sha256):
-                return last_good.came_up_with(self.state_dir, name, script_sha256)
-        plans = defer_beyond_max_changes(plans, self.params.get("max_changes"), came_up_with)
         # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
         try:
             require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
@@ -186,10 +188,30 @@ class ServerControl:
             raise ServerControlError(str(exc))
         plans = [plan.updated(gpu_memory_before=gpu_keyed({
             gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})) for plan in plans]
-        plans = self._check_conflicts(plans)
+        # A plan's blockers tell whether it stops a serving process (also a stale server of an earlier topology in its
+        # way, which a renamed server stops): a canary defers such plans, and what stays is judged again.
+        conflicts = self._conflicts(plans)
+        deferral = defer_beyond_max_changes(plans, self.params.get("max_changes"), self._came_up_with(),
+                                            self.params.get("batch_size"),
+                                            lambda plan: plan.kills or bool(conflicts.blockers[plan.name]))
+        if any(plan.action == "deferred" for plan in deferral.plans):
+            plans = deferral.plans
+            conflicts = self._conflicts(plans)
+        self.canary = deferral.canary
+        if conflicts.problems:
+            raise ServerControlError("refusing to touch any process: " + "; ".join(conflicts.problems),
+                                     problems=conflicts.problems)
+        self.removed, self.stale, self.foreign = conflicts.removed, conflicts.stale, conflicts.foreign
+        plans = [plan.updated(blockers=conflicts.blockers[plan.name]) for plan in plans]
         self.router, plans = check_router(self.params, plans)
         scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
         return plans, scripts, diffs
+
+    def _came_up_with(self):
+        """max_changes_scope unseen: ``(name, script_sha256) -> bool``, whether the server came up with that script."""
+        if self.params.get("max_changes_scope") != "unseen":
+            return None
+        return lambda name, script_sha256: last_good.came_up_with(self.state_dir, name, script_sha256)
 
     def _query_gpus(self, ids=None):
         try:
@@ -235,20 +257,21 @@ class ServerControl:
         write_state(self.state_dir, plan.name, restarted)
         return plan.updated(recorded=restarted)
 
-    def _check_conflicts(self, plans):
+    def _conflicts(self, plans):
         """Before anything is written or killed: judge every GPU holder and port owner that is not ours to stop.
 
         Foreign processes (no marker, or no deployment) fail the run, except GPU holders with
         force_kill_gpu_holders; processes of a server this run leaves running fail it. Processes of a
         server not in this request are stale (renamed or removed) and stopped with the servers whose GPU
         or port they hold when that server has a state file in our state_dir; otherwise they belong to
-        another deployment on this host and fail the run. Returns the plans, each with the processes in its way
-        that it stops (its blockers).
+        another deployment on this host and fail the run. Reads only: returns the Conflicts - the processes in each
+        plan's way that it stops (its blockers), why the run must refuse, the stale servers removed with their
+        processes, and the foreign processes that are force-killed.
         """
         planned = {plan.name for plan in plans}
         doomed = {pid for plan in plans if plan.kills for pid in plan.processes}
         stopping = {plan.name for plan in plans if plan.kills}
-        problems = []
+        problems, removed, stale, foreign = [], {}, {}, {}
         # By server name (unique in a request): pid -> ProcessInfo of each process in its way that it stops.
         blockers = {plan.name: {} for plan in plans}
         ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
@@ -268,16 +291,16 @@ class ServerControl:
             if judgement.kind == "refuse":
                 problems.append(judgement.problem)
             elif judgement.kind == "force":
-                self.foreign[pid] = dict(procfs.describe(pid), holds=what)
+                foreign[pid] = dict(procfs.describe(pid), holds=what)
                 for plan in needing:
                     blockers[plan.name][pid] = info
             elif judgement.kind == "stale":
                 # The whole stale server goes, not only the process in the way: its state file is removed.
-                stale, _group = self.owner.of_server(owner.server, stale_state)
-                stale[pid] = info
-                self.removed[owner.server] = stale_state
-                for stale_pid, stale_info in stale.items():
-                    entry = self.stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
+                processes, _group = self.owner.of_server(owner.server, stale_state)
+                processes[pid] = info
+                removed[owner.server] = stale_state
+                for stale_pid, stale_info in processes.items():
+                    entry = stale.setdefault(stale_pid, dict(procfs.describe(stale_pid), holds=None))
                     if stale_pid == pid:
                         entry["holds"] = what
                     for plan in needing:
@@ -293,9 +316,7 @@ class ServerControl:
                 for port in [plan.spec["port"]] + (plan.spec.get("extra_ports") or []):
                     for pid in procfs.port_listeners(port):
                         judge(pid, f"port {port} of server {plan.name!r}", [plan])
-        if problems:
-            raise ServerControlError("refusing to touch any process: " + "; ".join(problems), problems=problems)
-        return [plan.updated(blockers=blockers[plan.name]) for plan in plans]
+        return Conflicts(blockers, problems, removed, stale, foreign)
 
     def _write_scripts(self, plans, check_mode):
         """Write the given launch scripts (and the launcher's units) after every check passed; returns their

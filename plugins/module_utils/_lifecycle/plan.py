@@ -142,28 +142,51 @@ def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_f
         rollback_to=rollback_to, no_last_good=no_last_good)
 
 
-def defer_beyond_max_changes(plans, limit, came_up_with=None):
+# The deferral: the plans (deferred ones among them) and the canary - the servers that go first while others wait
+# for them (none when nothing waits for a canary).
+Deferral = collections.namedtuple("Deferral", ["plans", "canary"])
+
+
+def _serves(plan):
+    return plan.kills
+
+
+def defer_beyond_max_changes(plans, limit, came_up_with=None, batch_size=None, stops_serving=_serves):
     """A canary: only the first ``limit`` (max_changes) servers that need a change get it; the others keep running
-    what they run, their scripts untouched, until a later call. Returns new plans; ``plans`` are left as they are.
+    what they run, their scripts untouched, until a later call. Returns a Deferral of new plans; ``plans`` are left
+    as they are.
 
     With ``came_up_with`` (``(name, script_sha256) -> bool``: max_changes_scope unseen) only a configuration a
     server never came up with on this host needs a canary: the first ``limit`` servers launching one go first and
-    every other server that would be stopped waits; a server that runs nothing yet is launched (nothing serves
-    there to lose). When no server goes to a configuration it never came up with, nothing waits."""
+    every other server that would stop a serving process (``stops_serving(plan)``: one it relaunches or stops, or a
+    stale server of an earlier topology in its way) waits; a server that stops nothing is launched (nothing serves
+    there to lose). When no server goes to a configuration it never came up with, nothing is a canary. Either way at
+    most ``batch_size`` servers change (the canary first)."""
     changing = [index for index, plan in enumerate(plans) if plan.changes]
-    if came_up_with is None:
-        canaries = changing[:limit] if limit else changing
-        beyond = set(changing) - set(canaries)
-        why = f"at most {counted(limit, 'server')} {'changes' if limit == 1 else 'change'} in this call (max_changes)"
-    else:
-        unseen = [index for index in changing
-                  if plans[index].launches and not came_up_with(plans[index].name, plans[index].script_sha256)]
-        canaries = unseen[:limit]
-        beyond = {index for index in changing if index not in canaries and plans[index].kills} if unseen else set()
-        why = (f"the canary ({', '.join(plans[index].name for index in canaries)}) goes first with a configuration "
+    unseen = [index for index in changing if came_up_with is not None and plans[index].launches
+              and not came_up_with(plans[index].name, plans[index].script_sha256)]
+    if unseen:
+        canary = unseen[:limit]
+        going = canary + [index for index in changing if index not in canary and not stops_serving(plans[index])]
+        why = (f"the canary ({', '.join(plans[index].name for index in canary)}) goes first with a configuration "
                "that never came up on this host")
-    return [plan.with_action("deferred", f"deferred: {why}; would be {plan.reason}") if index in beyond else plan
-            for index, plan in enumerate(plans)]
+    else:
+        limited = came_up_with is None and bool(limit)
+        going = changing[:limit] if limited else changing
+        canary = going if limited else []
+        why = f"at most {_changes(limit)} in this call (max_changes)"
+    deferred = {index: why for index in changing if index not in going}
+    beyond_batch = going[batch_size or len(going):]
+    deferred.update((index, f"at most {_changes(batch_size)} in this call (batch_size)") for index in beyond_batch)
+    canary = [index for index in canary if index not in beyond_batch]
+    return Deferral(
+        [plan.with_action("deferred", f"deferred: {deferred[index]}; would be {plan.reason}")
+         if index in deferred else plan for index, plan in enumerate(plans)],
+        [plans[index].name for index in canary])
+
+
+def _changes(count):
+    return f"{counted(count, 'server')} {'changes' if count == 1 else 'change'}"
 
 
 def take_last_good(params):

@@ -92,6 +92,7 @@ def result(control, runs):
     built = {
         "changed": any(run.plan.changes for run in runs),
         "servers": [_server_result(control, run) for run in runs],
+        "canary": list(control.canary),
         "down": [run.name for run in failed if run.down],
         "stale_killed": [control.stale[pid] for pid in sorted(control.stale)],
         "removed": [dict({"name": name, "launch_script": state.get("launch_script")},
@@ -154,10 +155,12 @@ def journal_interrupted(control, records):
         entries = {server["name"]: {"action": server["action"], "outcome": "down" if server.get("down")
                                     else "interrupted"} for server in servers}
         if record["status"] == "lost":
-            entries = {name: {"outcome": "lost"} for name in record.get("servers") or []}
+            actions = record.get("actions") or {}
+            entries = {name: dict({"action": actions[name]} if name in actions else {}, outcome="lost")
+                       for name in record.get("servers") or []}
         if not entries:
             continue
-        stopping = bool(servers) and all(server["action"] in ("stopped", "already_stopped") for server in servers)
+        stopping = all(entry.get("action") in ("stopped", "already_stopped") for entry in entries.values())
         header = journal.run_header(control.state_dir, "stop" if stopping else "relaunch", record.get("run_id"),
                                     now=record.get("started"))
         problems.append(journal.append(control.state_dir, header, entries))

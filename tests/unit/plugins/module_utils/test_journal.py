@@ -188,16 +188,20 @@ def test_runs_nobody_picked_up_are_journaled_under_their_own_run_and_time(tmp_pa
             "result": {"servers": [{"name": "gpu0", "action": "relaunched", "changed": True},
                                    {"name": "gpu1", "action": "relaunched", "changed": True, "down": True},
                                    {"name": "gpu2", "action": "unchanged", "changed": False}]}}
+    # A lost worker: the servers it was to change, with their actions (an unchanged gpu2 is not among them).
     lost = {"job_id": "j2", "run_id": "r-lost", "status": "lost", "started": 2000.0, "servers": ["gpu0"],
-            "result": None}
+            "actions": {"gpu0": "relaunched"}, "result": None}
+    lost_stop = dict(lost, run_id="r-lost-stop", actions={"gpu0": "stopped"})
     stop = dict(done, run_id="r-stop", result={"servers": [{"name": "gpu0", "action": "stopped", "changed": True}]})
-    assert journal_interrupted(control, [done, lost, stop]) is None
+    assert journal_interrupted(control, [done, lost, stop, lost_stop]) is None
     runs = journal.runs(journal.read_records(str(tmp_path)))
     assert [(run["run_id"], run["job"], run["time"]) for run in runs] == [
-        ("r-ctrl-c", "relaunch", 1000.0), ("r-lost", "relaunch", 2000.0), ("r-stop", "stop", 1000.0)]
+        ("r-ctrl-c", "relaunch", 1000.0), ("r-lost", "relaunch", 2000.0), ("r-stop", "stop", 1000.0),
+        ("r-lost-stop", "stop", 2000.0)]
     assert runs[0]["servers"] == {"gpu0": {"action": "relaunched", "outcome": "interrupted"},
                                   "gpu1": {"action": "relaunched", "outcome": "down"}}
-    assert runs[1]["servers"] == {"gpu0": {"outcome": "lost"}}
+    assert runs[1]["servers"] == {"gpu0": {"action": "relaunched", "outcome": "lost"}}
+    assert runs[3]["servers"] == {"gpu0": {"action": "stopped", "outcome": "lost"}}
     control.params["journal"] = False
     assert journal_interrupted(control, [done]) is None
-    assert len(journal.read_records(str(tmp_path))) == 3, "journal: false writes nothing"
+    assert len(journal.read_records(str(tmp_path))) == 4, "journal: false writes nothing"

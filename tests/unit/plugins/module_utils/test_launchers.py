@@ -105,13 +105,14 @@ def test_two_deployments_of_a_host_get_two_units_for_their_gpu0():
 class FakeSystemctl:
     """Records the systemctl calls of a launcher instead of running them."""
 
-    def __init__(self, launcher):
+    def __init__(self, launcher, answers=None):
         self.calls = []
+        self.answers = answers or {}  # the first argument -> (rc, stdout)
         launcher._systemctl = self.call
 
     def call(self, *args, check=True):
         self.calls.append(args)
-        return 0, ""
+        return self.answers.get(args[0], (0, ""))
 
 
 def launcher_with_units(tmp_path, state_dir, units):
@@ -157,3 +158,22 @@ def test_a_server_gone_from_the_topology_is_deactivated_before_its_kill_and_disa
     launcher.release("gpu1")
     unit = unit_name("gpu1", "/var/lib/a")
     assert systemctl.calls[:3] == [("stop", "--no-block", unit), ("disable", "--quiet", unit), ("reset-failed", unit)]
+    assert systemctl.calls[-1][0] == "show", "what systemd says afterwards is checked"
+
+
+@pytest.mark.parametrize("answers, problem", [
+    ({"show": (0, "LoadState=loaded\nUnitFileState=enabled\n")}, r"is still enabled after systemctl disable"),
+    ({"stop": (1, ""), "show": (0, "LoadState=loaded\nUnitFileState=disabled\n")},
+     r"could not be stopped \(systemctl stop: rc 1\)"),
+])
+def test_a_unit_that_systemd_would_start_again_is_not_let_go_silently(tmp_path, answers, problem):
+    launcher, _systemctl = launcher_with_units(tmp_path, "/var/lib/a", {})
+    FakeSystemctl(launcher, answers)
+    with pytest.raises(LauncherError, match=unit_name("gpu1", "/var/lib/a").replace(".", r"\.") + " " + problem):
+        launcher.release("gpu1")
+
+
+def test_a_unit_systemd_does_not_know_has_nothing_to_stop(tmp_path):
+    launcher, _systemctl = launcher_with_units(tmp_path, "/var/lib/a", {})
+    FakeSystemctl(launcher, {"stop": (5, ""), "show": (0, "LoadState=not-found\nUnitFileState=\n")})
+    launcher.release("gpu1")

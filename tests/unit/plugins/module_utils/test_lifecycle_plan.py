@@ -156,7 +156,9 @@ def test_the_canary_deferral_returns_new_plans_and_leaves_its_input_untouched():
     unchanged = plan(servers[1], recorded=recorded_for(servers[1]), pid=4242)
     plans = [plan(servers[0]), unchanged, plan(servers[2]), plan(servers[3])]
     before = [tuple(each) for each in plans]
-    deferred = defer_beyond_max_changes(plans, 1)
+    deferral = defer_beyond_max_changes(plans, 1)
+    deferred = deferral.plans
+    assert deferral.canary == ["gpu0"]
     assert deferred is not plans
     assert [tuple(each) for each in plans] == before
     assert [each.action for each in plans] == ["launched", "unchanged", "launched", "launched"]
@@ -166,8 +168,10 @@ def test_the_canary_deferral_returns_new_plans_and_leaves_its_input_untouched():
                                   "no state recorded in /var/lib/gpuops-sglang/gpu2.json")
     assert not any(each.changes for each in deferred[2:])
     for limit in (None, 0, 3):
-        assert [each.action for each in defer_beyond_max_changes(plans, limit)] == [
+        assert [each.action for each in defer_beyond_max_changes(plans, limit).plans] == [
             "launched", "unchanged", "launched", "launched"]
+    assert defer_beyond_max_changes(plans, None).canary == []
+    assert defer_beyond_max_changes(plans, 3).canary == ["gpu0", "gpu2", "gpu3"]
 
 
 def test_canary_auto_defers_the_serving_servers_only_for_a_configuration_that_never_came_up_here():
@@ -183,16 +187,46 @@ def test_canary_auto_defers_the_serving_servers_only_for_a_configuration_that_ne
     def never(_name, _sha):
         return False
 
-    canary = defer_beyond_max_changes(plans, 1, came_up_with=never)
+    deferral = defer_beyond_max_changes(plans, 1, came_up_with=never)
+    canary = deferral.plans
+    assert deferral.canary == ["gpu0"]
     assert [each.action for each in canary] == ["relaunched", "deferred", "deferred", "launched"]
     assert canary[1].reason.startswith("deferred: the canary (gpu0) goes first with a configuration that never came "
                                        "up on this host; would be ")
-    # Back to a configuration each server came up with: all at once.
-    assert [each.action for each in defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: True)] == [
-        "relaunched", "relaunched", "relaunched", "launched"]
-    # Only gpu2 goes somewhere new: it is the canary, and the others that serve wait for it.
-    assert [each.action for each in defer_beyond_max_changes(
-        plans, 1, came_up_with=lambda name, _sha: name != "gpu2")] == ["deferred", "deferred", "relaunched", "launched"]
+    # Back to a configuration each server came up with: all at once, no canary.
+    known = defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: True)
+    assert [each.action for each in known.plans] == ["relaunched", "relaunched", "relaunched", "launched"]
+    assert known.canary == []
+    # ... or a batch at a time (batch_size): still no canary.
+    batch = defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: True, batch_size=2)
+    assert [each.action for each in batch.plans] == ["relaunched", "relaunched", "deferred", "deferred"]
+    assert batch.plans[2].reason.startswith("deferred: at most 2 servers change in this call (batch_size); would be")
+    assert batch.canary == []
+    # Only gpu2 goes somewhere new: it is the canary, and the others that serve wait for it - also beyond a batch.
+    only_gpu2 = defer_beyond_max_changes(plans, 1, came_up_with=lambda name, _sha: name != "gpu2", batch_size=2)
+    assert [each.action for each in only_gpu2.plans] == ["deferred", "deferred", "relaunched", "launched"]
+    assert only_gpu2.canary == ["gpu2"]
+    # A first launch (nothing serves) goes batch by batch too, the canary first.
+    first = [plan(server, script=new) for server in servers]
+    batched = defer_beyond_max_changes(first, 1, came_up_with=never, batch_size=2)
+    assert [each.action for each in batched.plans] == ["launched", "launched", "deferred", "deferred"]
+    assert batched.canary == ["gpu0"]
+    # max_changes and batch_size: the smaller one wins.
+    assert [each.action for each in defer_beyond_max_changes(first, 3, batch_size=2).plans] == [
+        "launched", "launched", "deferred", "deferred"]
+
+
+def test_canary_auto_defers_a_renamed_server_that_would_stop_a_stale_one():
+    """A topology change: the new names run nothing yet (launched), but each stops the old server in its way."""
+    servers = [spec(f"new{index}", 30000 + index, [index]) for index in range(3)]
+    plans = [plan(server) for server in servers]
+    assert [each.action for each in plans] == ["launched"] * 3
+    stale_in_the_way = {"new0", "new1"}  # new2's GPU is free
+
+    deferral = defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: False,
+                                        stops_serving=lambda each: each.name in stale_in_the_way)
+    assert [each.action for each in deferral.plans] == ["launched", "deferred", "launched"]
+    assert deferral.canary == ["new0"]
 
 
 # ---- what the worker records is kept on the run ------------------------------------------------------------

@@ -1,11 +1,15 @@
-"""The probe's pure parts: percentiles, figures from request records, request bodies, chunk token counts."""
+"""The probe's pure parts: percentiles, figures from request records, request bodies, chunk token counts; and
+what its journal entry is compared with."""
 
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils import journal
 from ansible_collections.gpuops.sglang.plugins.module_utils.load_probe import (
+    _journal_probe,
     completion_tokens,
     request_body,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.probe_figures import (
+    FIGURES,
     percentile,
     summarize,
 )
@@ -50,3 +54,21 @@ def test_running_token_totals_from_both_routes():
     assert completion_tokens("generate", {"text": "ab", "meta_info": {"completion_tokens": 7}}) == 7
     assert completion_tokens("completions", {"choices": [{"text": "b"}], "usage": {"completion_tokens": 9}}) == 9
     assert completion_tokens("completions", {"choices": [{"text": "b"}]}) is None
+
+
+def test_a_renamed_server_is_probed_against_what_ran_under_its_old_name(tmp_path):
+    """The same model on the same GPUs under a new name (a new topology): its throughput is compared with the old
+    name's last good probe, as the wait compares its startup."""
+    state_dir = str(tmp_path)
+    settings = {"flags": {"--model-path": "/models/m"}, "env": {"CUDA_VISIBLE_DEVICES": "0,1"}}
+    figures = {key: 1.0 for key in FIGURES}
+    earlier = {"gpu0-1": {"action": "launched", "outcome": "ready", "settings": settings}}
+    journal.append(state_dir, journal.run_header(state_dir, "relaunch", "r1", now=1000.0), earlier)
+    journal.append(state_dir, journal.run_header(state_dir, "probe", "r1", now=1010.0),
+                   {"gpu0-1": {"probe": dict(figures, output_tok_s=1280.0)}})
+    params = {"state_dir": state_dir, "run_id": "r2", "route": "generate", "input_len": 128, "output_len": 64}
+    result = dict(figures, name="main", status="probed", output_tok_s=1920.0, requests=10, errors=0, concurrency=8,
+                  window_s=5.0)
+    assert _journal_probe(params, [result], dict(figures), {"main": {"settings": settings}}) is None
+    assert result["since_last_good"]["name"] == "gpu0-1"
+    assert result["since_last_good"]["probe"]["output_tok_s"] == {"before": 1280.0, "after": 1920.0}

@@ -95,6 +95,14 @@ def test_fleet_status_shows_usage_and_nccl_mismatches():
     lines = fleet_status(SERVERS[:2], two, gpus)
     assert lines[:3] == ["2/2 servers ready", "SGLang 0.5.23 (/opt/sglang/bin/python)", lines[2]]
     assert lines[2].split()[:2] == ["server", "gpus"]
+    # Two environments with an interpreter of the same name: each answer, where it was found, and its servers.
+    venv_a = {"interpreter": "python3", "version": "0.5.23", "location": "/opt/a/lib/python3.11/site-packages"}
+    venv_b = {"interpreter": "python3", "version": "0.5.10", "location": "/opt/b/lib/python3.11/site-packages"}
+    apart = [dict(infos[0], sglang=venv_a), dict(infos[0], name="gpu1", sglang=venv_b),
+             dict(infos[0], name="gpu2", sglang=venv_a)]
+    lines = fleet_status(SERVERS[:3], apart, gpus)
+    assert lines[1:3] == ["SGLang 0.5.23 (python3) in /opt/a/lib/python3.11/site-packages: gpu0, gpu2",
+                          "SGLang 0.5.10 (python3) in /opt/b/lib/python3.11/site-packages: gpu1"]
 
 
 def test_fleet_status_says_what_systemd_did():
