@@ -6,6 +6,7 @@ user sets with one of these prefixes and not in this set does nothing (role_opti
 KNOWN_VARIABLES = frozenset((
     'relaunch_acted',
     'relaunch_batch',
+    'relaunch_batch_failed',
     'relaunch_batch_size',
     'relaunch_canary',
     'relaunch_canary_auto',

@@ -141,7 +141,7 @@ def test_a_configuration_new_to_the_host_goes_to_one_server_first_and_a_known_on
     assert server_actions(off) == [{"gpu0": "relaunched", "gpu1": "relaunched"}]
 
 
-def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host):
+def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host, model_dir):
     # relaunch_canary auto. A first launch in batches of one: the canary first (nothing serves yet, but the batch
     # size is a limit on concurrent startups too).
     batched = sim_host.run("relaunch", {"sglang_gpu_count": 2, "relaunch_batch_size": 1})
@@ -167,6 +167,23 @@ def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host):
     assert known.rc == 0, known.stdout
     assert server_actions(known) == [{"a0": "relaunched", "a1": "deferred"}, {"a1": "relaunched"}]
     assert not [task for task in known.task("Say that the canary passed") if not task.get("skipped")]
+
+    # A known configuration that fails (its model went away): no canary failed, so with relaunch_halt_on_failure
+    # false the next batch goes all the same.
+    os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
+    failing = sim_host.run("relaunch", {"sglang_servers": renamed, "relaunch_batch_size": 1,
+                                        "relaunch_state": "restarted", "relaunch_halt_on_failure": False})
+    assert failing.rc != 0
+    assert server_actions(failing) == [{"a0": "relaunched", "a1": "deferred"}, {"a1": "relaunched"}]
+    os.rename(os.path.join(model_dir, "config.json.away"), os.path.join(model_dir, "config.json"))
+    assert sim_host.run("relaunch", {"sglang_servers": renamed}).rc == 0, "both serve again"
+
+    # The ports move up by one: a1's process holds the canary's new port, so a1 cannot wait - both go at once.
+    moved = [dict(server, port=sim_host.port(index + 1)) for index, server in enumerate(renamed)]
+    move = sim_host.run("relaunch", {"sglang_servers": moved})
+    assert move.rc == 0, move.stdout
+    assert server_actions(move) == [{"a0": "relaunched", "a1": "relaunched"}]
+    assert [task["canary"] for task in move.task("Bring servers") if task.get("servers")] == [[]]
 
 
 def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_one_is_left_stopped(

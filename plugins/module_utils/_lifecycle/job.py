@@ -38,6 +38,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
     interrupted_summary,
+    job_record,
     journal_interrupted,
     journaled,
     result,
@@ -76,10 +77,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 )
 
 SCRIPT_MODE = 0o700
-# What is in the way of the plans of one call (ServerControl._conflicts): blockers by server name (pid -> ProcessInfo),
-# refusals, stale servers removed (name -> state file), stale and force-killed processes (pid -> description).
-Conflicts = collections.namedtuple("Conflicts", ["blockers", "problems", "removed", "stale", "foreign"])
 SCRIPT_DIRECTORY_MODE = 0o755
+# What is in the way of the plans of one call (ServerControl._conflicts): blockers by server name (pid -> ProcessInfo),
+# refusals, stale servers removed (name -> state file), stale and force-killed processes (pid -> description), and
+# the servers of the call whose own processes hold what other servers of it need (name -> their names).
+Conflicts = collections.namedtuple("Conflicts", ["blockers", "problems", "removed", "stale", "foreign", "in_the_way"])
 
 
 class ServerControl:
@@ -155,10 +157,7 @@ class ServerControl:
                 return dict(with_settings_changed(act(self, plans, progress), scripts), **extra)
 
             try:
-                # What a lost worker's run is journaled as: the servers it was to change, each with its action.
-                host_job.start(self.state_dir, job_id, work,
-                               {"run_id": params.get("run_id"), "servers": [plan.name for plan in plans if plan.changes],
-                                "actions": {plan.name: plan.action for plan in plans if plan.changes}},
+                host_job.start(self.state_dir, job_id, work, job_record(params.get("run_id"), plans),
                                keep_fds=(lock_fd,))
             except OSError as exc:
                 raise ServerControlError(f"cannot record the job in {self.state_dir}: {exc}; no server was stopped")
@@ -191,13 +190,14 @@ class ServerControl:
         # A plan's blockers tell whether it stops a serving process (also a stale server of an earlier topology in its
         # way, which a renamed server stops): a canary defers such plans, and what stays is judged again.
         conflicts = self._conflicts(plans)
-        deferral = defer_beyond_max_changes(plans, self.params.get("max_changes"), self._came_up_with(),
-                                            self.params.get("batch_size"),
-                                            lambda plan: plan.kills or bool(conflicts.blockers[plan.name]))
+        deferral = defer_beyond_max_changes(
+            plans, self.params.get("max_changes"), self._came_up_with(), self.params.get("batch_size"),
+            lambda plan: plan.kills or any(pid in conflicts.stale for pid in conflicts.blockers[plan.name]))
         if any(plan.action == "deferred" for plan in deferral.plans):
-            plans = deferral.plans
+            plans = self._undefer_in_the_way(plans, deferral.plans, conflicts.in_the_way)
             conflicts = self._conflicts(plans)
-        self.canary = deferral.canary
+        # Nobody waits for a canary when every deferred server had to go with it.
+        self.canary = deferral.canary if any(plan.action == "deferred" for plan in plans) else []
         if conflicts.problems:
             raise ServerControlError("refusing to touch any process: " + "; ".join(conflicts.problems),
                                      problems=conflicts.problems)
@@ -206,6 +206,20 @@ class ServerControl:
         self.router, plans = check_router(self.params, plans)
         scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
         return plans, scripts, diffs
+
+    @staticmethod
+    def _undefer_in_the_way(planned, deferred, in_the_way):
+        """A deferred server whose own processes hold a GPU or port of a server that goes (a port or GPUs moved from
+        one server to another) goes too, as planned: it cannot keep running in the way."""
+        originals = {plan.name: plan for plan in planned}
+        plans = list(deferred)
+        while True:
+            going = {plan.name for plan in plans if plan.changes}
+            back = {plan.name for plan in plans
+                    if plan.action == "deferred" and in_the_way.get(plan.name, set()) & going}
+            if not back:
+                return plans
+            plans = [originals[plan.name] if plan.name in back else plan for plan in plans]
 
     def _came_up_with(self):
         """max_changes_scope unseen: ``(name, script_sha256) -> bool``, whether the server came up with that script."""
@@ -269,15 +283,17 @@ class ServerControl:
         processes, and the foreign processes that are force-killed.
         """
         planned = {plan.name for plan in plans}
-        doomed = {pid for plan in plans if plan.kills for pid in plan.processes}
+        doomed = {pid: plan.name for plan in plans if plan.kills for pid in plan.processes}
         stopping = {plan.name for plan in plans if plan.kills}
-        problems, removed, stale, foreign = [], {}, {}, {}
+        problems, removed, stale, foreign, in_the_way = [], {}, {}, {}, {}
         # By server name (unique in a request): pid -> ProcessInfo of each process in its way that it stops.
         blockers = {plan.name: {} for plan in plans}
         ignored = [re.compile(pattern) for pattern in self.params["ignore_gpu_holders"]]
 
         def judge(pid, what, needing):
             if pid in doomed:
+                in_the_way.setdefault(doomed[pid], set()).update(
+                    plan.name for plan in needing if plan.name != doomed[pid])
                 return
             info = procfs.read_process(pid)
             if info is None:
@@ -316,7 +332,7 @@ class ServerControl:
                 for port in [plan.spec["port"]] + (plan.spec.get("extra_ports") or []):
                     for pid in procfs.port_listeners(port):
                         judge(pid, f"port {port} of server {plan.name!r}", [plan])
-        return Conflicts(blockers, problems, removed, stale, foreign)
+        return Conflicts(blockers, problems, removed, stale, foreign, in_the_way)
 
     def _write_scripts(self, plans, check_mode):
         """Write the given launch scripts (and the launcher's units) after every check passed; returns their

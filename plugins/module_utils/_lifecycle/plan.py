@@ -161,7 +161,7 @@ def defer_beyond_max_changes(plans, limit, came_up_with=None, batch_size=None, s
     every other server that would stop a serving process (``stops_serving(plan)``: one it relaunches or stops, or a
     stale server of an earlier topology in its way) waits; a server that stops nothing is launched (nothing serves
     there to lose). When no server goes to a configuration it never came up with, nothing is a canary. Either way at
-    most ``batch_size`` servers change (the canary first)."""
+    most ``batch_size`` servers change (the canary first). The canary is empty when no server waits for it."""
     changing = [index for index, plan in enumerate(plans) if plan.changes]
     unseen = [index for index in changing if came_up_with is not None and plans[index].launches
               and not came_up_with(plans[index].name, plans[index].script_sha256)]
@@ -170,15 +170,16 @@ def defer_beyond_max_changes(plans, limit, came_up_with=None, batch_size=None, s
         going = canary + [index for index in changing if index not in canary and not stops_serving(plans[index])]
         why = (f"the canary ({', '.join(plans[index].name for index in canary)}) goes first with a configuration "
                "that never came up on this host")
-    else:
-        limited = came_up_with is None and bool(limit)
-        going = changing[:limit] if limited else changing
-        canary = going if limited else []
+    elif came_up_with is None and limit:
+        canary = going = changing[:limit]
         why = f"at most {_changes(limit)} in this call (max_changes)"
+    else:
+        canary, going, why = [], changing, None
     deferred = {index: why for index in changing if index not in going}
     beyond_batch = going[batch_size or len(going):]
     deferred.update((index, f"at most {_changes(batch_size)} in this call (batch_size)") for index in beyond_batch)
-    canary = [index for index in canary if index not in beyond_batch]
+    # A canary only where others wait for it.
+    canary = [index for index in canary if index not in beyond_batch] if deferred else []
     return Deferral(
         [plan.with_action("deferred", f"deferred: {deferred[index]}; would be {plan.reason}")
          if index in deferred else plan for index, plan in enumerate(plans)],

@@ -141,6 +141,14 @@ def journaled(control, runs, built):
 UNWAITED = "unwaited"
 
 
+def job_record(run_id, plans):
+    """What the host's job record keeps of a call besides its result: the run, and the servers it is to change with
+    their actions - what a run whose worker was lost is journaled as (journal_interrupted)."""
+    changing = [plan for plan in plans if plan.changes]
+    return {"run_id": run_id, "servers": [plan.name for plan in changing],
+            "actions": {plan.name: plan.action for plan in changing}}
+
+
 def journal_interrupted(control, records):
     """Runs whose result nobody picked up (Ctrl-C, a dropped connection) go to the run journal when a later call
     finds them, under their own run id and start time: what their host-side sequence did, never waited for

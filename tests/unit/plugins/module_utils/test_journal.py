@@ -9,6 +9,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     run_lock,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
+    job_record,
     journal_interrupted,
 )
 
@@ -189,9 +190,14 @@ def test_runs_nobody_picked_up_are_journaled_under_their_own_run_and_time(tmp_pa
                                    {"name": "gpu1", "action": "relaunched", "changed": True, "down": True},
                                    {"name": "gpu2", "action": "unchanged", "changed": False}]}}
     # A lost worker: the servers it was to change, with their actions (an unchanged gpu2 is not among them).
-    lost = {"job_id": "j2", "run_id": "r-lost", "status": "lost", "started": 2000.0, "servers": ["gpu0"],
-            "actions": {"gpu0": "relaunched"}, "result": None}
-    lost_stop = dict(lost, run_id="r-lost-stop", actions={"gpu0": "stopped"})
+
+    def plan(name, action):
+        return SimpleNamespace(name=name, action=action, changes=action not in ("unchanged", "deferred"))
+
+    lost = dict(job_record("r-lost", [plan("gpu0", "relaunched"), plan("gpu2", "unchanged"), plan("gpu3", "deferred")]),
+                job_id="j2", status="lost", started=2000.0, result=None)
+    lost_stop = dict(job_record("r-lost-stop", [plan("gpu0", "stopped")]), job_id="j3", status="lost",
+                     started=2000.0, result=None)
     stop = dict(done, run_id="r-stop", result={"servers": [{"name": "gpu0", "action": "stopped", "changed": True}]})
     assert journal_interrupted(control, [done, lost, stop, lost_stop]) is None
     runs = journal.runs(journal.read_records(str(tmp_path)))

@@ -6,6 +6,9 @@ No processes, no host: a Snapshot is built here, as job.py would gather it from 
 import hashlib
 
 import pytest
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
+    ServerControl,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.plan import (
     ServerPlan,
     Snapshot,
@@ -171,7 +174,8 @@ def test_the_canary_deferral_returns_new_plans_and_leaves_its_input_untouched():
         assert [each.action for each in defer_beyond_max_changes(plans, limit).plans] == [
             "launched", "unchanged", "launched", "launched"]
     assert defer_beyond_max_changes(plans, None).canary == []
-    assert defer_beyond_max_changes(plans, 3).canary == ["gpu0", "gpu2", "gpu3"]
+    assert defer_beyond_max_changes(plans, 3).canary == [], "no canary where nobody waits for it"
+    assert defer_beyond_max_changes(plans, 2).canary == ["gpu0", "gpu2"]
 
 
 def test_canary_auto_defers_the_serving_servers_only_for_a_configuration_that_never_came_up_here():
@@ -186,6 +190,8 @@ def test_canary_auto_defers_the_serving_servers_only_for_a_configuration_that_ne
 
     def never(_name, _sha):
         return False
+
+    assert defer_beyond_max_changes([down], 1, came_up_with=never).canary == [], "alone: nobody waits for it"
 
     deferral = defer_beyond_max_changes(plans, 1, came_up_with=never)
     canary = deferral.plans
@@ -248,3 +254,16 @@ def test_a_run_records_what_happens_and_leaves_its_plan_as_decided():
         "name": "gpu0", "step": STEP_FAILED, "seconds": 1.0, "action": "relaunched", "processes_left": 0,
         "requests_left": None, "signal": "SIGTERM", "gpu_used_mib": {"0": 20, "1": 300}, "port_holders": [],
         "error": "gpu0 is down: ..."}
+
+
+def test_a_deferred_server_in_the_way_of_one_that_goes_goes_too():
+    """Ports moved up by one: gpu1's process holds the canary's new port, gpu2's holds gpu1's - neither can wait."""
+    servers = [spec(f"gpu{index}", 30000 + index, [index]) for index in range(4)]
+    plans = [plan(server, recorded=recorded_for(server, pid=4000 + index), pid=4000 + index, script=("new", "x"))
+             for index, server in enumerate(servers)]
+    deferred = defer_beyond_max_changes(plans, 1, came_up_with=lambda _name, _sha: False).plans
+    assert [each.action for each in deferred] == ["relaunched", "deferred", "deferred", "deferred"]
+    chained = ServerControl._undefer_in_the_way(plans, deferred, {"gpu1": {"gpu0"}, "gpu2": {"gpu1"}})
+    assert [each.action for each in chained] == ["relaunched", "relaunched", "relaunched", "deferred"]
+    assert chained[1] is plans[1], "as planned before the deferral"
+    assert ServerControl._undefer_in_the_way(plans, deferred, {"gpu3": {"gpu2"}}) == deferred, "gpu2 waits: so may gpu3"
