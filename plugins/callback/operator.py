@@ -23,6 +23,12 @@ description:
   - Interrupted (Ctrl-C) in a task of M(gpuops.sglang.server), M(gpuops.sglang.wait) or M(gpuops.sglang.probe),
     it says what goes on on the hosts (their work runs detached there) and how to see it, after Ansible's own
     C(User interrupted execution).
+  - With C(display_ok_hosts=false) (the repository's C(ansible.cfg) sets it, with C(display_skipped_hosts=false) and
+    C(display_included_hosts=false), so that a run prints what it changed, what it says and what failed), what a
+    task says to the operator (M(ansible.builtin.debug)) is still shown, an include prints no banner of its own,
+    and a task that prints progress lines while it runs (M(gpuops.sglang.server), M(gpuops.sglang.wait),
+    M(gpuops.sglang.probe)) shows its banner before them (not in check mode, where nothing runs for long).
+  - At C(-v) and above, ok, skipped and included tasks are shown whatever those settings say.
   - The repository's C(ansible.cfg) sets it; set C(stdout_callback = gpuops.sglang.operator) in yours for the
     same output (AWX uses its own callback).
 extends_documentation_fragment:
@@ -36,6 +42,7 @@ import atexit
 
 from ansible import constants as C
 from ansible import context
+from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible.vars.clean import strip_internal_keys
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
@@ -44,6 +51,14 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import 
     interruption_note,
     operator_failure,
 )
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
+    PROGRESS_ACTIONS,
+)
+
+# What the repository's ansible.cfg turns off for a short run; -v turns them on again.
+_QUIET_OPTIONS = ("display_ok_hosts", "display_skipped_hosts", "display_included_hosts")
+# The tasks whose ok result is a message to the operator.
+_SAYING_ACTIONS = frozenset(("ansible.builtin.debug", "debug", "ansible.legacy.debug"))
 
 
 class CallbackModule(DefaultCallback):
@@ -58,9 +73,29 @@ class CallbackModule(DefaultCallback):
         self._ended = False
         atexit.register(self._say_what_goes_on)
 
+    def get_option(self, k):
+        if k in _QUIET_OPTIONS and self._display.verbosity >= 1:
+            return True
+        return super().get_option(k)
+
     def v2_playbook_on_task_start(self, task, is_conditional):
-        self._running_task = (task.get_name(), task.resolved_action or task.action)
+        action = task.resolved_action or task.action
+        self._running_task = (task.get_name(), action)
         super().v2_playbook_on_task_start(task, is_conditional)
+        if action in PROGRESS_ACTIONS and self._last_task_banner != task._uuid and not context.CLIARGS.get("check"):
+            self._print_task_banner(task)
+
+    def v2_runner_on_ok(self, result):
+        if isinstance(result.task, TaskInclude) and not self.get_option("display_included_hosts"):
+            return
+        if self.get_option("display_ok_hosts") or result.task.action not in _SAYING_ACTIONS:
+            super().v2_runner_on_ok(result)
+            return
+        self.set_option("display_ok_hosts", True)
+        try:
+            super().v2_runner_on_ok(result)
+        finally:
+            self.set_option("display_ok_hosts", False)
 
     def v2_playbook_on_stats(self, stats):
         self._ended = True

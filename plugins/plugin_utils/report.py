@@ -102,7 +102,7 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
                      *(facts.get(fact) for fact in SUMMARY_COLUMNS)])
     header = ["server", "gpus", "port", "action", "outcome", "failed_in", "ready_s", *SUMMARY_COLUMNS]
     return ([check_headline(verdicts) if check_mode else headline(verdicts)] + interrupted_lines(interrupted_runs)
-            + installed_lines(installed_sglang)
+            + installed_lines(installed_sglang, problems=False)
             + _table(header, rows) + removed_lines(removed, check_mode) + drain_and_router_lines(server_results, wait_results)
             + since_last_good_lines(servers, actions, waits, verdicts) + rollback_lines(rollbacks)
             + probe_lines(probe))
@@ -138,10 +138,11 @@ def removed_lines(removed, check_mode=False):
             + ([f"could not disable what would start them again: {'; '.join(errors)}"] if errors else []))
 
 
-def installed_lines(installed_sglang):
-    """``SGLang 0.5.23 (/opt/sglang/bin/python)`` per server interpreter, or why there is no version."""
+def installed_lines(installed_sglang, problems=True):
+    """``SGLang 0.5.23 (/opt/sglang/bin/python)`` per server interpreter, or why there is no version (unless
+    ``problems`` is false: the relaunch said it before rendering, with the launch scripts' notes)."""
     return [f"SGLang {entry['version']} ({entry['interpreter']})" if entry.get("version") else entry.get("problem", "")
-            for entry in installed_sglang or [] if isinstance(entry, dict)]
+            for entry in installed_sglang or [] if isinstance(entry, dict) and (problems or entry.get("version"))]
 
 
 def drain_and_router_lines(server_results, wait_results):

@@ -32,15 +32,31 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
     lines = summary(first)
     assert lines[0] == "8/8 serving"
-    # The hold read which SGLang the server command's interpreter has: none on the simulated host.
+    # The hold read which SGLang the server command's interpreter has: the simulated host's (its dist-info on the
+    # servers' PYTHONPATH), named after the first line. A host without SGLang: test_sglang_versions.py.
     interpreter = sim_host.host_vars["sglang_server_command"][0]
-    assert lines[1] == f"SGLang is not installed for {interpreter} (no sglang distribution in its environment)"
+    assert lines[1] == f"SGLang {sim_host.sglang_version} ({interpreter})"
+    assert lines[2].split()[:2] == ["server", "gpus"]
     assert lines[3].split()[:6] == ["gpu0", "0", str(sim_host.port(0)), "launched", "ready", "-"]
     assert all(sim_host.fake_gpus.used_mib(index) > 100000 for index in range(8))
 
     second = sim_host.run("relaunch")
     assert second.rc == 0 and second.stats["changed"] == 0
     assert set(server_actions(second).values()) == {"unchanged"}
+
+    # What the operator reads of a no-op (the repository's callback settings): what the run says, the long steps'
+    # banners - not every task (157 lines before, every ok, skipped and included task).
+    quiet = sim_host.run("relaunch", json_output=False)
+    assert quiet.rc == 0, quiet.stdout
+    shown = quiet.stdout.splitlines()
+    assert len(shown) <= 40, quiet.stdout
+    assert not [line for line in shown if line.startswith(("skipping:", "included:", "ok: [simhost]"))
+                and not line.startswith("ok: [simhost] =>")], quiet.stdout
+    assert any(line.startswith("TASK [gpuops.sglang.relaunch : Wait until the launched servers are ready]")
+               for line in shown), "a long step's banner comes before its progress lines"
+    assert "    - 8/8 serving" in shown
+    verbose = sim_host.run("relaunch", json_output=False, args=("-v",))
+    assert "skipping: [simhost]" in verbose.stdout and "included: " in verbose.stdout, "-v shows every task"
 
     expect = sim_host.run("relaunch", {"relaunch_expect": {"max_running_requests": {"min": 100000}}})
     assert expect.rc != 0 and expect.stats["changed"] == 0
@@ -52,8 +68,8 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     assert status.rc == 0
     table = status.task("Fleet status")[0]["msg"]
     assert table[0] == "8/8 servers ready"
-    # What the servers' interpreter has installed now, read on the host: no SGLang on the simulated host.
-    assert table[1] == f"SGLang is not installed for {interpreter} (no sglang distribution in its environment)"
+    # What the servers' interpreter has installed now, read on the host: the simulated host's SGLang.
+    assert table[1] == f"SGLang {sim_host.sglang_version} ({interpreter})"
     assert table[3].split()[:5] == ["gpu0", "0", str(sim_host.port(0)), "ready", "ready"]
 
     stop = sim_host.run("stop")
