@@ -355,7 +355,21 @@ def wait_slice(params, carry=None, check_mode=False):
             "started_at": carry["started_at"],
             "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
     else:
-        _confirm_ready([tracker for tracker in trackers if STATES[tracker.result["status"]].ready])
+        confirm = carry.get("confirm") or {"started_at": time.time(), "confirmed": []}
+        unconfirmed = _confirm_ready(
+            [tracker for tracker in trackers
+             if STATES[tracker.result["status"]].ready and tracker.name not in confirm["confirmed"]],
+            until=min(time.time() + params["progress_interval"], confirm["started_at"] + params["probe_timeout"]))
+        if unconfirmed and time.time() < confirm["started_at"] + params["probe_timeout"]:
+            # A slow answer is no crash, but the operator sees what the wait is waiting for, slice by slice.
+            waiting_s = round(time.time() - confirm["started_at"], 1)
+            confirmed = [tracker.name for tracker in trackers if tracker not in unconfirmed]
+            return {"changed": False,
+                    "servers": [dict(tracker.result, confirming_s=waiting_s) if tracker in unconfirmed
+                                else tracker.result for tracker in trackers],
+                    "carry": {"started_at": carry["started_at"],
+                              "servers": {tracker.name: tracker.carry() for tracker in trackers},
+                              "confirm": dict(confirm, confirmed=confirmed)}}
         outcome = after_ready.act_on_verdicts(params, trackers)
         reports = [tracker.result for tracker in trackers]
     result = dict(finish(reports, now - carry["started_at"], check_mode), **outcome)
@@ -366,15 +380,20 @@ def wait_slice(params, carry=None, check_mode=False):
     return result
 
 
-def _confirm_ready(trackers):
-    """One more look at every ready server, health probes in parallel (a hung one costs one probe_timeout)."""
+def _confirm_ready(trackers, until):
+    """One more look at every ready server, health probes in parallel, until ``until`` at most; returns those whose
+    probe has not answered by then (a hung server: the next slice asks again, up to probe_timeout in all, after which
+    its silence counts as a slow answer, not a crash)."""
     now = time.time()
     for tracker in trackers:
         tracker.start_probe(now)
-    while any(tracker.probe.busy for tracker in trackers):
+    while any(tracker.probe.busy for tracker in trackers) and time.time() < until:
         time.sleep(POLL_SECONDS)
+    unanswered = [tracker for tracker in trackers if tracker.probe.busy]
     for tracker in trackers:
-        tracker.confirm_ready(time.time(), tracker.take_answer())
+        if tracker not in unanswered:
+            tracker.confirm_ready(time.time(), tracker.take_answer())
+    return unanswered
 
 
 def finish(reports, elapsed, check_mode):

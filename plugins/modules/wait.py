@@ -23,6 +23,9 @@ description:
     for a server whose log has not moved for 30 s.
   - Before the task returns, every server decided ready is looked at once more; one whose process died or
     that stopped answering meanwhile is reported V(crashed), one that another run relaunched meanwhile V(replaced).
+    One whose health check does not answer (a frozen process) is asked again slice by slice, the progress line
+    saying C(gpu0 not answering the last check for N s), up to O(probe_timeout) in all; then it counts as a slow
+    answer and stays ready.
   - With O(servers[].pid) (the pid M(gpuops.sglang.server) launched), a server that another run relaunched
     meanwhile is reported V(replaced), never its crash or readiness taken for this run's.
   - Every server is waited for and reported even when others fail. The task fails when any server is not

@@ -41,6 +41,10 @@ def format_wait_progress(host, reports):
     parts = [f"{host}: {count_ready(reports)}/{len(reports)} ready"]
     for report in reports:
         state, phase = STATES[report["status"]], report["phase"]
+        if report.get("confirming_s") is not None:
+            # Ready earlier; the wait's last look at it has had no answer yet (a hung process, or one under load).
+            parts.append(f"{report['name']} not answering the last check for {report['confirming_s']:.0f} s")
+            continue
         if state.progress is None:
             continue
         words = phase_words(phase, report.get("component"))

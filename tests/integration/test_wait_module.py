@@ -5,10 +5,14 @@ in the same playbook, as the relaunch role does.
 """
 
 import json
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import procfs
@@ -22,6 +26,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 from .conftest import PYTHON, SGLANG_SIM
 
 PROGRESS_LINE = re.compile(r"^localhost: \d+/\d+ ready\b.*$", re.MULTILINE)
+
+
+def http_status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=1) as answer:
+            return answer.status
+    except (urllib.error.URLError, OSError):
+        return None
 
 
 def add_flags(server, *flags):
@@ -190,6 +202,41 @@ def test_hung_servers_are_reported_stalled_naming_the_phase(ansible, host_args, 
             wait_until(lambda name=name: not owner.of_server(name)[0], what=f"{name} processes gone")
         else:
             assert reports[name]["killed_pids"] == [] and owner.of_server(name)[0]
+
+
+def test_a_ready_server_frozen_before_the_end_of_the_wait_is_said_while_its_last_check_waits(
+        ansible, host_args, make_server):
+    """The wait looks at every ready server once more at its end; one that froze since (SIGSTOP here: a hung driver
+    call, a debugger) answers nothing until probe_timeout. The wait says so slice by slice instead of going silent,
+    and its silence is a slow answer, not a crash."""
+    servers = [make_server("fast", [0], time_scale=0.05), make_server("slow", [1], time_scale=4)]
+    frozen = {}
+
+    def freeze_fast_once_ready():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            state = read_state(host_args["state_dir"], "fast")
+            if state and http_status(f"http://127.0.0.1:{servers[0]['port']}/health") == 200:
+                time.sleep(5)  # the wait (a health probe a second) has seen it ready, on a loaded machine too
+                os.kill(state["pid"], signal.SIGSTOP)
+                frozen["pid"] = state["pid"]
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=freeze_fast_once_ready, daemon=True)
+    thread.start()
+    try:
+        # Each slice is a module call of its own (seconds apart on a loaded machine): room for a few.
+        result, progress = launch_and_wait(ansible, host_args, servers, probe_timeout=15)
+    finally:
+        thread.join(timeout=60)
+        if "pid" in frozen:
+            os.kill(frozen["pid"], signal.SIGCONT)
+    assert "pid" in frozen, "fast was frozen"
+    assert result["ready"] == ["fast", "slow"], result["msg"]
+    waiting = [line for line in progress if "fast not answering the last check for " in line]
+    assert len(waiting) >= 2, progress
+    assert progress[-1] == "localhost: 2/2 ready"
 
 
 def test_timeout_reports_the_phase_reached(ansible, host_args, make_server):

@@ -99,3 +99,8 @@ def test_wait_progress_names_the_rank_of_a_group_node_and_says_it_waits_in_the_r
     alone = dict(rank1, node_rank=0)
     assert format_wait_progress("h", [alone]) == "h: 0/1 ready | qwen-tp8 rank0 init distributed (waiting for the " \
                                                  "other nodes)"
+
+
+def test_wait_progress_names_a_ready_server_whose_last_check_has_no_answer_yet():
+    reports = [report("gpu0", "ready", "ready", confirming_s=6.4), report("gpu1", "ready", "ready")]
+    assert format_wait_progress("ct200", reports) == "ct200: 2/2 ready | gpu0 not answering the last check for 6 s"
