@@ -21,9 +21,10 @@ _LOG_PREFIX = re.compile(
 _RANK = re.compile(r"([A-Z_]+?)(\d+)", re.ASCII)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # A progress bar (tqdm) ends without a line break, so another rank's record written meanwhile is glued to it:
-# "... 50/51 [00:00<00:00, 180.28it/s][2026-12-01 20:04:23 TP1] Load weight begin. ...". Split before such a record.
-GLUED_RECORD = re.compile(r"(?<=it/s\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})|"
-                          r"(?<=s/it\])(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+# "... 50/51 [00:00<00:00, 180.28it/s][2026-12-01 20:04:23 TP1] Load weight begin. ...". tqdm pads a refresh shorter
+# than the previous one with spaces ("bs=8" after "bs=10"): "... 41.61it/s] [2026-...". Split before such a record,
+# dropping the padding.
+GLUED_RECORD = re.compile(r"(?<=it/s\]|s/it\]) *(?=\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 
 LogRecord = collections.namedtuple("LogRecord", ["line", "timestamp", "ranks", "message"])
 

@@ -640,6 +640,40 @@ def test_a_record_glued_to_a_progress_bar_is_read_as_its_own_line():
         ("loading_weights", "draft"), ("crashed", "draft")]
 
 
+def test_a_record_glued_to_a_padded_progress_bar_is_read_as_its_own_line():
+    # tqdm pads a refresh shorter than the previous one with spaces (bs=10 -> bs=8), so a record glued to it follows
+    # "it/s] ". The draft load of TP2 (rank 0 still capturing) was lost that way and TP2's crash, logged before the
+    # other ranks' draft loads began, was reported as a crash in the target's capture (molecule faults, loaded host).
+    target_load = [f"[2026-12-03 11:17:24 TP{rank}] Load weight {step}. avail mem=136.79 GB"
+                   for rank in range(4) for step in ("begin", "end")]
+    bars = ("\rCapturing batches (bs=10 avail_mem=13.64 GB):  88%|########8 | 59/67 [00:01<00:00, 41.60it/s]"
+            "\rCapturing batches (bs=8 avail_mem=13.60 GB):  90%|########9 | 60/67 [00:01<00:00, 41.61it/s] ")
+    last_bar = "\rCapturing batches (bs=7 avail_mem=13.57 GB):  91%|#########1| 61/67 [00:01<00:00, 41.58it/s]"
+    frame = ('  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/weight_utils.py", line 752, in '
+             "default_weight_loader")
+    error = ("AssertionError: Attempted to load weight (torch.Size([4096, 12288])) into parameter "
+             "(torch.Size([2048, 6144]))")
+    log = "\n".join([
+        *target_load,
+        "[2026-12-03 11:17:24 TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=8",
+        bars + "[2026-12-03 11:17:25 TP2] Load weight begin. avail mem=13.34 GB",
+        last_bar + "[2026-12-03 11:17:26 TP2] Scheduler hit an exception: Traceback (most recent call last):",
+        frame,
+        error,
+        "[2026-12-03 11:17:26 TP1] Load weight begin. avail mem=13.34 GB",
+        "[2026-12-03 11:17:26] Received sigquit from a child process. It usually means the child failed.",
+        "",
+    ])
+    for chunk_size in (len(log), 1, 7):
+        state = LogState()
+        for start in range(0, len(log), chunk_size):
+            state.feed_text(log[start:start + chunk_size])
+        assert [(entry["phase"], entry["component"]) for entry in state.timeline][-3:] == [
+            ("capturing_cuda_graph", "target"), ("loading_weights", "draft"), ("crashed", "draft")]
+        assert state.error["summary"].startswith("AssertionError: Attempted to load weight")
+        assert state.progress["cuda_graph"] == {"done": 61, "total": 67}
+
+
 SHUTDOWN_0_5_23 = """[2026-10-30 10:00:00] The server is fired up and ready to roll!
 [2026-10-30 10:01:00] SIGTERM received. signum=None frame=None. Draining requests and shutting down...
 [2026-10-30 10:01:00] Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].
