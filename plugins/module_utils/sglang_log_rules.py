@@ -19,6 +19,8 @@ import collections
 import math
 import re
 
+from ansible_collections.gpuops.sglang.plugins.module_utils import shutdown_lines
+
 # In order; a log's phase only moves forward through them (sglang_log.LogState).
 PHASES = (
     "launching",
@@ -215,18 +217,11 @@ def _on_crash_marker(state, match, record):
         state._error_summary = record.message
 
 
-def _pids(text):
-    return [int(pid) for pid in re.findall(r"\d+", text)]
-
-
-def _on_schedulers_not_released(state, match, record):
-    state.unreleased.append({"pids": _pids(match.group(2)), "why": f"schedulers still alive {match.group(1)} s after "
-                             "the shutdown request, SIGKILLed before they released their GPU memory"})
-
-
-def _on_not_reaped(state, match, record):
-    state.unreleased.append({"pids": _pids(match.group(2)), "why": f"not reaped within {match.group(1)} s of SIGKILL "
-                             "(stuck in the driver: their GPU memory is not freed)"})
+def _on_unreleased(line):
+    def handler(state, match, record):
+        state.unreleased.append({key: value for key, value in shutdown_lines.entry(line, match).items()
+                                 if key != "freed"})
+    return handler
 
 
 Rule = collections.namedtuple("Rule", ["pattern", "phase", "handler"])
@@ -238,12 +233,7 @@ def _rule(pattern, phase=None, handler=None):
 
 # 0.5.23's shutdown: schedulers that ignored the shutdown request (a warning), then processes the kernel did not reap
 # (a RuntimeError, so also the exception line of a traceback: the parser applies these to those lines too).
-UNRELEASED_RULES = (
-    _rule(r"^Schedulers still alive (\d+)s after ShutdownReq, killing them before they released: \[([\d, ]*)\]",
-          "stopping", _on_schedulers_not_released),
-    _rule(r"kill_process_tree: \d+ process\(es\) not reaped within ([\d.]+)s after SIGKILL; pids=\[([\d, ]*)\]",
-          "stopping", _on_not_reaped),
-)
+UNRELEASED_RULES = tuple(_rule(line.pattern, "stopping", _on_unreleased(line)) for line in shutdown_lines.SHUTDOWN_LINES)
 
 
 # Every matching rule applies, in this order. Patterns are searched in the message (prefix removed).

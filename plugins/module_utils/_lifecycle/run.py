@@ -38,6 +38,8 @@ class ServerRun:
         self.port_holders = []
         self.processes_left = {}
         self.stop_started = None
+        # The size of its log when the first signal was sent: what it writes after that is read for its shutdown.
+        self.log_offset = None
         # Its drain (draining.Drain) and, behind a router, the router entries taken out.
         self.drain = None
         self.router_removed = None

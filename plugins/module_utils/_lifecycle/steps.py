@@ -19,6 +19,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     naming,
     procfs,
     safe_files,
+    shutdown_lines,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
     ServerControlError,
@@ -37,6 +38,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
 
 # After SIGKILL a process normally disappears at once; one stuck in D state is reported instead.
 SIGKILL_GRACE_SECONDS = 10
+# How much of a server's log written since its SIGTERM is read for its own word on memory it did not free.
+SHUTDOWN_LOG_BYTES = 1 << 20
 
 
 class LaunchError(Exception):
@@ -55,10 +58,44 @@ def fail(control, run, now, error, down):
 
 def send_signal(run, sig, now):
     plan = run.plan
+    if run.log_offset is None:
+        run.log_offset = _log_size(plan)
     reached = plan.stop_launcher.stop(plan.name, run.targets(), run.group, force=sig == signal.SIGKILL)
     run.last_signal.update((pid, signal.Signals(sig).name) for pid in reached)
     run.enter(STEP_KILLING if sig == signal.SIGKILL else STEP_STOPPING, now)
     return reached
+
+
+def _log_path(plan):
+    return plan.spec.get("log_path") or (plan.recorded or {}).get("log_path")
+
+
+def _log_size(plan):
+    try:
+        return os.path.getsize(_log_path(plan))
+    except (OSError, TypeError):
+        return 0
+
+
+def shutdown_words(run):
+    """What the server's log says since its SIGTERM of GPU memory it did not free (SGLang 0.5.23 names the pids):
+    the entries of shutdown_lines, [] when it says nothing or cannot be read."""
+    path = _log_path(run.plan)
+    if run.log_offset is None or not path:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(run.log_offset, os.fstat(handle.fileno()).st_size - SHUTDOWN_LOG_BYTES))
+            text = handle.read(SHUTDOWN_LOG_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return shutdown_lines.unreleased(text.splitlines())
+
+
+def _said(entries):
+    return "; its log says: " + "; ".join(
+        f"{'pid' if len(entry['pids']) == 1 else 'pids'} {', '.join(map(str, entry['pids']))} {entry['why']}"
+        for entry in entries) if entries else ""
 
 
 def check_router(params, plans):
@@ -139,7 +176,8 @@ def advance_stop(control, run, now):
             survivors = ", ".join(f"{pid} ({info.cmdline}, state {_state_of(pid)})"
                                   for pid, info in sorted(alive.items()))
             fail(control, run, now, f"{run.name} is down: its processes survived SIGKILL for {SIGKILL_GRACE_SECONDS} "
-                                    f"s (uninterruptible, e.g. stuck in the driver): {survivors}", down=True)
+                                    f"s (uninterruptible, e.g. stuck in the driver): {survivors}"
+                                    + _said(shutdown_words(run)), down=True)
         return
     run.timings["stop_s"] = round(now - run.stop_started, 3)
     record_event(control, run, "stopped", now, stop_s=run.timings["stop_s"])
@@ -176,7 +214,10 @@ def advance_verify(control, run, used, query_error, now):
             remove_state(control.state_dir, plan.name)
         run.enter(STEP_DONE, now)
         return
-    if now - run.step_since < params["gpu_free_timeout"]:
+    said = shutdown_words(run) if busy else []
+    # SGLang's own word that a process of it is stuck holding memory (alive still): no use waiting for it.
+    stuck = [entry for entry in said if not entry["freed"] and any(procfs.pid_alive(pid) for pid in entry["pids"])]
+    if now - run.step_since < params["gpu_free_timeout"] and not stuck:
         return
     run.gpu_memory_after = run.gpu_used_mib
     down = "is down" if plan.kills else "was not launched"
@@ -189,9 +230,10 @@ def advance_verify(control, run, used, query_error, now):
                    "no process here holds the device (a process outside this container, or the driver)")
             memory = f"still uses {used[gpu]} MiB" if gpu in used else f"memory unknown ({query_error})"
             described.append(f"GPU {gpu} {memory}; {who}")
-        fail(control, run, now, f"{plan.name} {down}: GPU memory not freed within gpu_free_timeout="
-                                f"{params['gpu_free_timeout']:g} s (threshold {threshold} MiB): "
-                                + "; ".join(described), down=True)
+        waited = (f"GPU memory not freed after {now - run.step_since:.0f} s (its processes stuck)" if stuck else
+                  f"GPU memory not freed within gpu_free_timeout={params['gpu_free_timeout']:g} s")
+        fail(control, run, now, f"{plan.name} {down}: {waited} (threshold {threshold} MiB): "
+                                + "; ".join(described) + _said(said), down=True)
         run.gpu_holders = {str(gpu): [procfs.describe(pid) for pid in holders.get(gpu, [])] for gpu in busy}
     else:
         fail(control, run, now, f"{plan.name} {down}: port {plan.spec['port']} still in use after gpu_free_timeout="

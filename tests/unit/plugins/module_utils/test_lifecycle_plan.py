@@ -4,6 +4,8 @@ No processes, no host: a Snapshot is built here, as job.py would gather it from 
 """
 
 import hashlib
+import os
+from types import SimpleNamespace
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
@@ -19,8 +21,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.plan impo
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.run import (
     ServerRun,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.steps import (
+    advance_verify,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import Running
-from ansible_collections.gpuops.sglang.plugins.module_utils.naming import STEP_FAILED
+from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
+    STEP_FAILED,
+    STEP_VERIFYING,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.procfs import ProcessInfo
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_plan import (
     desired_settings,
@@ -267,3 +275,49 @@ def test_a_deferred_server_in_the_way_of_one_that_goes_goes_too():
     assert [each.action for each in chained] == ["relaunched", "relaunched", "relaunched", "deferred"]
     assert chained[1] is plans[1], "as planned before the deferral"
     assert ServerControl._undefer_in_the_way(plans, deferred, {"gpu3": {"gpu2"}}) == deferred, "gpu2 waits: so may gpu3"
+
+
+# ---- what a stopping server's log says of memory it did not free ------------------------------------------------
+
+
+def stopping_run(tmp_path, log_lines, state="stopped"):
+    """A ServerRun of gpu0 being stopped, in its verify step, its log holding ``log_lines`` since its SIGTERM."""
+    server = dict(spec(gpus=(0,)), log_path=str(tmp_path / "gpu0.log"))
+    (tmp_path / "gpu0.log").write_text("[2026-12-03 10:00:00] Load weight begin.\n")
+    run = ServerRun(plan(server, state=state, recorded=recorded_for(server), pid=4242))
+    run.log_offset = os.path.getsize(server["log_path"])
+    with open(server["log_path"], "a") as log:
+        log.writelines(line + "\n" for line in log_lines)
+    run.enter(STEP_VERIFYING, 100.0)
+    control = SimpleNamespace(params={"gpu_free_threshold_mib": 1024, "gpu_free_timeout": 60}, device_dir=str(tmp_path),
+                              minors={}, events=[], act_started=100.0)
+    return control, run
+
+
+def test_a_process_sglang_says_is_stuck_in_the_driver_fails_the_stop_at_once_naming_it(tmp_path):
+    stuck = os.getpid()  # alive, like a process in D state
+    killed = ("[2026-12-03 10:00:01] Schedulers still alive 15s after ShutdownReq, killing them before they released: "
+              f"[{stuck}]")
+    not_reaped = (f"[2026-12-03 10:01:01 TP0] kill_process_tree: 1 process(es) not reaped within 60s after SIGKILL; "
+                  f"pids=[{stuck}]")
+    control, run = stopping_run(tmp_path, [killed, not_reaped])
+    advance_verify(control, run, {0: 71000}, None, 101.0)
+    assert run.step == STEP_FAILED and run.down
+    assert run.error.startswith("gpu0 is down: GPU memory not freed after 1 s (its processes stuck) (threshold 1024 "
+                                "MiB): GPU 0 still uses 71000 MiB; ")
+    assert run.error.endswith(
+        f"its log says: pid {stuck} schedulers still alive 15 s after the shutdown request, SIGKILLed before they "
+        f"released their GPU memory; pid {stuck} not reaped within 60 s of SIGKILL (stuck in the driver: their GPU "
+        "memory is not freed)")
+
+
+def test_schedulers_killed_before_they_released_are_waited_for_and_named_if_memory_stays(tmp_path):
+    killed = ("[2026-12-03 10:00:01] Schedulers still alive 15s after ShutdownReq, killing them before they released: "
+              "[5150]")
+    control, run = stopping_run(tmp_path, [killed])
+    advance_verify(control, run, {0: 71000}, None, 101.0)
+    assert run.step == STEP_VERIFYING, "its memory may still come back: gpu_free_timeout applies"
+    advance_verify(control, run, {0: 71000}, None, 161.0)
+    assert run.step == STEP_FAILED and "within gpu_free_timeout=60 s" in run.error
+    assert run.error.endswith("its log says: pid 5150 schedulers still alive 15 s after the shutdown request, "
+                              "SIGKILLed before they released their GPU memory")
