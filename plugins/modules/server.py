@@ -461,8 +461,8 @@ canary:
   description:
     - The servers that went first while the others (V(deferred)) wait for them - the first O(max_changes) that need a
       change, or with O(max_changes_scope=unseen) those going to a configuration they never came up with. Empty
-      when no server was deferred (nobody waits for a canary). A deferred server whose own process holds a GPU or
-      port of a server that goes cannot wait: it goes too.
+      when no server was deferred (nobody waits for a canary). A server whose own process holds a GPU or port of a
+      server that goes cannot wait, and goes too.
   returned: always
   type: list
   elements: str
