@@ -23,12 +23,12 @@ description:
   - Interrupted (Ctrl-C) in a task of M(gpuops.sglang.server), M(gpuops.sglang.wait) or M(gpuops.sglang.probe),
     it says what goes on on the hosts (their work runs detached there) and how to see it, after Ansible's own
     C(User interrupted execution).
-  - With C(display_ok_hosts=false) (the repository's C(ansible.cfg) sets it, with C(display_skipped_hosts=false) and
-    C(display_included_hosts=false), so that a run prints what it changed, what it says and what failed), what a
-    task says to the operator (M(ansible.builtin.debug)) is still shown, an include prints no banner of its own,
-    and a task that prints progress lines while it runs (M(gpuops.sglang.server), M(gpuops.sglang.wait),
-    M(gpuops.sglang.probe)) shows its banner before them (not in check mode, where nothing runs for long).
-  - At C(-v) and above, ok, skipped and included tasks are shown whatever those settings say.
+  - At verbosity 0 a run prints what it changed, what it says and what failed - ok results with nothing to say,
+    skipped tasks and includes are left out (as with C(display_ok_hosts), C(display_skipped_hosts) and
+    C(display_included_hosts) false), but what a task says to the operator (M(ansible.builtin.debug)) and every
+    warning are shown, and a task that prints progress lines while it runs (M(gpuops.sglang.server),
+    M(gpuops.sglang.wait), M(gpuops.sglang.probe)) shows its banner before them (not in check mode).
+  - At C(-v) and above, every task is shown as C(ansible.builtin.default) shows it.
   - The repository's C(ansible.cfg) sets it; set C(stdout_callback = gpuops.sglang.operator) in yours for the
     same output (AWX uses its own callback).
 extends_documentation_fragment:
@@ -55,7 +55,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
     PROGRESS_ACTIONS,
 )
 
-# What the repository's ansible.cfg turns off for a short run; -v turns them on again.
+# Off at verbosity 0, for a short run; -v shows every task.
 _QUIET_OPTIONS = ("display_ok_hosts", "display_skipped_hosts", "display_included_hosts")
 # The tasks whose ok result is a message to the operator.
 _SAYING_ACTIONS = frozenset(("ansible.builtin.debug", "debug", "ansible.legacy.debug"))
@@ -71,11 +71,13 @@ class CallbackModule(DefaultCallback):
         # (name, module) of the task that runs now: what an interruption cuts short.
         self._running_task = None
         self._ended = False
+        # An ok result that says something to the operator is being printed.
+        self._saying = False
         atexit.register(self._say_what_goes_on)
 
     def get_option(self, k):
-        if k in _QUIET_OPTIONS and self._display.verbosity >= 1:
-            return True
+        if k in _QUIET_OPTIONS:
+            return self._display.verbosity >= 1 or self._saying
         return super().get_option(k)
 
     def v2_playbook_on_task_start(self, task, is_conditional):
@@ -88,14 +90,17 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_ok(self, result):
         if isinstance(result.task, TaskInclude) and not self.get_option("display_included_hosts"):
             return
-        if self.get_option("display_ok_hosts") or result.task.action not in _SAYING_ACTIONS:
+        if self.get_option("display_ok_hosts") or result.result.get("changed"):
             super().v2_runner_on_ok(result)
-            return
-        self.set_option("display_ok_hosts", True)
-        try:
-            super().v2_runner_on_ok(result)
-        finally:
-            self.set_option("display_ok_hosts", False)
+        elif result.task.action in _SAYING_ACTIONS:
+            self._saying = True
+            try:
+                super().v2_runner_on_ok(result)
+            finally:
+                self._saying = False
+        else:
+            # Not printed, but its warnings are (a variable the collection does not know, ...).
+            self._handle_warnings_and_exception(result)
 
     def v2_playbook_on_stats(self, stats):
         self._ended = True
