@@ -351,25 +351,21 @@ def wait_slice(params, carry=None, check_mode=False):
                 report["status"] = "starting"
                 report["msg"] = tracker.explain(report, now)
     elif any(tracker.result is None for tracker in trackers):
-        return {"changed": False, "servers": reports, "carry": {
-            "started_at": carry["started_at"],
-            "servers": {tracker.name: tracker.carry() for tracker in trackers}}}
+        return _unfinished(carry, trackers, reports)
     else:
         confirm = carry.get("confirm") or {"started_at": time.time(), "confirmed": []}
+        confirm_end = confirm["started_at"] + params["probe_timeout"]
         unconfirmed = _confirm_ready(
             [tracker for tracker in trackers
              if STATES[tracker.result["status"]].ready and tracker.name not in confirm["confirmed"]],
-            until=min(time.time() + params["progress_interval"], confirm["started_at"] + params["probe_timeout"]))
-        if unconfirmed and time.time() < confirm["started_at"] + params["probe_timeout"]:
+            until=min(time.time() + params["progress_interval"], confirm_end))
+        if unconfirmed and time.time() < confirm_end:
             # A slow answer is no crash, but the operator sees what the wait is waiting for, slice by slice.
             waiting_s = round(time.time() - confirm["started_at"], 1)
             confirmed = [tracker.name for tracker in trackers if tracker not in unconfirmed]
-            return {"changed": False,
-                    "servers": [dict(tracker.result, confirming_s=waiting_s) if tracker in unconfirmed
-                                else tracker.result for tracker in trackers],
-                    "carry": {"started_at": carry["started_at"],
-                              "servers": {tracker.name: tracker.carry() for tracker in trackers},
-                              "confirm": dict(confirm, confirmed=confirmed)}}
+            return _unfinished(carry, trackers, [dict(tracker.result, confirming_s=waiting_s)
+                                                 if tracker in unconfirmed else tracker.result for tracker in trackers],
+                               confirm=dict(confirm, confirmed=confirmed))
         outcome = after_ready.act_on_verdicts(params, trackers)
         reports = [tracker.result for tracker in trackers]
     result = dict(finish(reports, now - carry["started_at"], check_mode), **outcome)
@@ -378,6 +374,12 @@ def wait_slice(params, carry=None, check_mode=False):
         # The run's last call to the host: giving it back here saves the release's round trip.
         result["released"] = run_lock.release(params["state_dir"], params["run_id"])
     return result
+
+
+def _unfinished(carry, trackers, reports, **carried):
+    """A slice's answer while the wait goes on: the reports for the progress line, and what the next slice needs."""
+    return {"changed": False, "servers": reports, "carry": dict(
+        carried, started_at=carry["started_at"], servers={tracker.name: tracker.carry() for tracker in trackers})}
 
 
 def _confirm_ready(trackers, until):
