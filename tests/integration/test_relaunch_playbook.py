@@ -94,7 +94,8 @@ def test_a_changed_setting_relaunches_only_the_affected_server(sim_host):
     assert server_actions(changed) == {"s0": "unchanged", "s1": "relaunched", "s2": "unchanged"}
     assert state_pid(sim_host, "s0") == pids["s0"] and state_pid(sim_host, "s2") == pids["s2"]
     assert state_pid(sim_host, "s1") != pids["s1"]
-    assert summary(changed)[4].split()[-1] == "32", "the summary reports the new max_running_requests"
+    rows = {line.split()[0]: line.split() for line in summary(changed) if line.startswith("s")}
+    assert rows["s1"][-1] == "32", "the summary reports the new max_running_requests"
 
 
 def test_batches_relaunch_the_next_servers_only_after_the_previous_are_ready(sim_host):
@@ -188,8 +189,8 @@ def test_only_the_named_servers_are_relaunched_and_survey_minimums_are_checked(s
     # as drained when it told its requests in flight within 2 s (draining.COUNT_TIMEOUT_SECONDS): on a loaded 2-core
     # machine one of the two simulated servers once did not, so the count may be 1.
     drained = next(index for index, line in enumerate(lines) if re.match(r"drained before the stop: [12] servers", line))
-    # Line 1 names the SGLang the host has (none here); the table's header follows.
-    assert [line.split()[0] for line in lines[3:drained]] == ["gpu1", "gpu2"]
+    header = next(index for index, line in enumerate(lines) if line.startswith("server "))
+    assert [line.split()[0] for line in lines[header + 1:drained]] == ["gpu1", "gpu2"]
     assert lines[drained + 1] == "since the last good run:"
     [failed] = result.task("configured against relaunch_expect")
     assert "is below the expected minimum 100000" in failed["msg"][0]
