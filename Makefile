@@ -23,11 +23,13 @@ $(VENV)/.installed: requirements/requirements.txt requirements/constraints.txt s
 	$(BIN)/python -m pip install -q -r requirements/requirements.txt -c requirements/constraints.txt
 	touch $@
 
-# The simulated GPU host of inventories/local: 8 fake H200s and a hybrid Mamba model directory.
+# The simulated GPU host of inventories/local: 8 fake H200s, a hybrid Mamba model directory and the simulated SGLang
+# installed (a dist-info of the simulator's default version, the newest, on the servers' PYTHONPATH: sglang_env).
 sim-host: venv
 	$(BIN)/python tests/simulator/fakegpu.py init $(SIM_HOST)/gpu --count 8
 	$(BIN)/python tests/simulator/sglang_sim.py --make-model $(SIM_HOST)/models/Qwen3-Next-80B-A3B-Instruct \
 	  --arch Qwen3NextForCausalLM --hybrid-mamba --shards 8
+	$(BIN)/python tests/simulator/sglang_sim.py --make-site $(SIM_HOST)/site
 
 demo: sim-host
 	$(BIN)/ansible-playbook playbooks/relaunch.yml

@@ -50,13 +50,20 @@ class LocalTarget:
                      "--arch", "Qwen3NextForCausalLM", "--hybrid-mamba", "--shards", "8"])
         run_checked([python, SIMULATOR / "sglang_sim.py", "--make-model", self.draft_model_path,
                      "--arch", "LlamaForCausalLMEagle3", "--shards", "1", "--weights-gib", "0.8"])
+        # SGLang installed, as make sim-host does: the simulator's default version (the newest).
+        run_checked([python, SIMULATOR / "sglang_sim.py", "--make-site", self.site])
+
+    @property
+    def site(self):
+        return str(self.simhost / "site")
 
     def inventory_args(self, host_count=1):
         return ["-i", str(REPO / "inventories" / "local" / "hosts.yml")]
 
     def extra_vars(self, time_scale):
         return {"simhost_dir": str(self.simhost), "sglang_base_port": self.base_port,
-                "sglang_env": {"GPUOPS_FAKE_GPU_DIR": self.gpu_dir, "SGLANG_SIM_TIME_SCALE": str(time_scale)}}
+                "sglang_env": {"GPUOPS_FAKE_GPU_DIR": self.gpu_dir, "SGLANG_SIM_TIME_SCALE": str(time_scale),
+                               "PYTHONPATH": self.site}}
 
     def log_path(self, host, server):
         return str(self.simhost / "log" / f"{server}.log")

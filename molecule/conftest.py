@@ -21,15 +21,17 @@ PLAYBOOK_TIMEOUT = 300
 PROBE = (Path(__file__).parent / "shared" / "probe.py").read_text()
 FAKE_GPU_DIR = "/var/lib/fake-gpu"
 SCRIPT_DIR = "/opt/gpuops-sglang/bin"
+JOURNAL = "/var/lib/gpuops-sglang/journal.jsonl"
 PCT_CALL_LOG = Path("/var/tmp/gpuops-rig/pct-calls.log")
 # A module run through a remote temp dir (AnsiballZ_<module>.py), or pipelined: the interpreter with the module
 # on stdin, the command ending "# gpuops.sglang.<module>" (plugins/plugin_utils/pipelining.py).
 MODULE_RUN = re.compile(r"python3 \S+/AnsiballZ_(\w+)\.py|# gpuops\.sglang\.(\w+)$")
 
 
-def snapshot(host, ports):
-    """Processes (marker, NCCL env, GPUs held), /health_generate per port, GPU memory, allocations, scripts."""
-    spec = json.dumps({"ports": sorted(ports), "fake_gpu_dir": FAKE_GPU_DIR, "script_dir": SCRIPT_DIR})
+def snapshot(host, ports, **more):
+    """Processes (marker, NCCL env, GPUs held), /health_generate per port, GPU memory, allocations, scripts; ``more``:
+    journal=<path> (its records), versions=True (the version each port's server reports)."""
+    spec = json.dumps({"ports": sorted(ports), "fake_gpu_dir": FAKE_GPU_DIR, "script_dir": SCRIPT_DIR, **more})
     return json.loads(host.check_output("python3 -c %s %s", PROBE, spec))
 
 

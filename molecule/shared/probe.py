@@ -2,7 +2,9 @@
 
 Runs inside the container (python3 -c, stdlib only) so a whole host is inspected in one round trip
 through proxmox_pct_remote. Reads /proc, the fake GPUs' allocation files and nvidia-smi directly:
-it shares no code with the collection it checks. argv[1]: JSON {"ports", "fake_gpu_dir", "script_dir"}.
+it shares no code with the collection it checks. argv[1]: JSON {"ports", "fake_gpu_dir", "script_dir"}, and
+optionally "journal" (a run journal's path: its records are returned) and "versions" (true: the version each
+port's server reports on /server_info).
 """
 
 import glob
@@ -77,6 +79,18 @@ def health(port):
         return None
 
 
+def reported_version(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=30) as response:
+            return json.loads(response.read()).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def journal(path):
+    return [json.loads(line) for line in (read(path) or "").splitlines() if line.strip()]
+
+
 def gpu_memory():
     output = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
                             check=True, capture_output=True, text=True).stdout
@@ -100,13 +114,18 @@ def scripts(script_dir):
 def main():
     spec = json.loads(sys.argv[1])
     device_dir = f"{spec['fake_gpu_dir']}/dev"
-    print(json.dumps({
+    found = {
         "processes": processes(device_dir),
         "health": {str(port): health(port) for port in spec["ports"]},
         "gpu_memory_mib": gpu_memory(),
         "allocations": allocations(spec["fake_gpu_dir"]),
         "scripts": scripts(spec["script_dir"]),
-    }))
+    }
+    if spec.get("journal"):
+        found["journal"] = journal(spec["journal"])
+    if spec.get("versions"):
+        found["versions"] = {str(port): reported_version(port) for port in spec["ports"]}
+    print(json.dumps(found))
 
 
 main()

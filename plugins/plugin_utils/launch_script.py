@@ -184,8 +184,22 @@ def _mamba_flags(merged):
     if strategy not in choices:
         hint = "" if new_name else " (extra_buffer_lazy needs sglang_version >= 0.5.23)"
         raise LaunchScriptError(f"mamba_scheduler_strategy {strategy!r} is not valid; use one of {', '.join(choices)}{hint}")
-    flag = "--mamba-radix-cache-strategy" if new_name else "--mamba-scheduler-strategy"
-    return [flag, strategy]
+    if not new_name:
+        return ["--mamba-scheduler-strategy", strategy]
+    flags = ["--mamba-radix-cache-strategy", strategy]
+    if strategy == "no_buffer":
+        # Up to 0.5.10 SGLang turned the overlap schedule off itself for no_buffer; 0.5.23 asserts that it is off
+        # (arg_groups/mamba_hook.py validate_mamba_no_buffer): the same setting, spelt for the version.
+        extra_args = {str(key).lstrip("-").replace("-", "_"): value
+                      for key, value in (merged.get("extra_args") or {}).items()}
+        if "disable_overlap_schedule" not in extra_args:
+            flags.append("--disable-overlap-schedule")
+        elif extra_args["disable_overlap_schedule"] in (None, False):
+            raise LaunchScriptError("mamba_scheduler_strategy no_buffer needs the overlap schedule off from SGLang "
+                                    "0.5.23 on (it refuses to start otherwise); drop disable_overlap_schedule: "
+                                    f"{extra_args['disable_overlap_schedule']} from sglang_extra_args, or use "
+                                    "extra_buffer")
+    return flags
 
 
 def _speculative_flags(speculative):

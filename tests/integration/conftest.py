@@ -5,6 +5,10 @@ tests/simulator/fakegpu.py (``fake_gpus``), simulated model directories (``model
 scripts that exec tests/simulator/sglang_sim.py (``make_server``). Modules are run through
 ``ansible-playbook`` (``ansible`` fixture), never by calling Python functions.
 
+Every simulated host has its SGLang installed: a dist-info of the simulator's default version (the newest) in a
+site directory that the servers' environment puts on PYTHONPATH (``install_sglang``), so the collection reads that
+version as the host's SGLang and the simulator runs it (it simulates the dist-info its interpreter sees).
+
 Cleanup: every process a test starts - through ansible or directly - carries the test's token in the
 environment variable GPUOPS_TEST_TOKEN (inherited by SGLang children and orphans alike), and the
 autouse fixture ``test_token`` SIGKILLs every process carrying it when the test ends. Processes of
@@ -40,6 +44,8 @@ DEPLOYMENT_VAR = "GPUOPS_SGLANG_STATE_DIR"
 
 sys.path.insert(0, SIMULATOR_DIR)
 import fakegpu
+from sglang_simulator.dist_info import write_site
+from sglang_simulator.settings import DEFAULT_VERSION as SIMULATED_SGLANG
 
 
 def _environ(pid):
@@ -181,18 +187,26 @@ def model_dir(tmp_path):
     return path
 
 
+def install_sglang(site, version=SIMULATED_SGLANG):
+    """A simulated host's SGLang: ``site``/sglang-<version>.dist-info (the simulator's own), returned as the
+    directory to put on the servers' PYTHONPATH."""
+    write_site(str(site), version)
+    return str(site)
+
+
 @pytest.fixture
 def make_server(tmp_path, fake_gpus, model_dir, test_token):
     """Factory writing a launch script for a simulated server; returns its ``servers:`` entry.
 
     ``make_server(name, gpus, port=None, fault=None, time_scale=0.05, env=None)`` -> dict with name,
     port, gpus, launch_script and log_path. The script exports the ownership marker, SPT_NOENV=1, the
-    fake GPU dir, CUDA_VISIBLE_DEVICES and the simulator settings, then execs sglang_sim.py with
-    TP = len(gpus).
+    fake GPU dir, CUDA_VISIBLE_DEVICES, the simulator settings and the host's SGLang (PYTHONPATH: the
+    dist-info of install_sglang), then execs sglang_sim.py with TP = len(gpus).
     ``fault`` is SGLANG_SIM_FAULT; ``env`` adds or overrides exported variables.
     """
     scripts, logs = tmp_path / "scripts", tmp_path / "logs"
     scripts.mkdir(exist_ok=True)
+    site = install_sglang(tmp_path / "sglang-site")
 
     def make(name, gpus, port=None, fault=None, time_scale=0.05, env=None):
         port = port or free_port()
@@ -206,6 +220,7 @@ def make_server(tmp_path, fake_gpus, model_dir, test_token):
             "GPUOPS_FAKE_GPU_DIR": fake_gpus.dir,
             "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in gpus),
             "SGLANG_SIM_TIME_SCALE": str(time_scale),
+            "PYTHONPATH": site,
         }
         if fault:
             exports["SGLANG_SIM_FAULT"] = fault
@@ -395,12 +410,15 @@ class PlaybookResult:
 
 
 class SimHost:
-    """A simulated GPU host (fake GPUs, simulated model) with its own inventory; runs the repo's playbooks."""
+    """A simulated GPU host (fake GPUs, simulated model, SGLang ``sglang_version`` installed: the dist-info in
+    ``site``, on the servers' PYTHONPATH through sglang_env) with its own inventory; runs the repo's playbooks."""
 
-    def __init__(self, tmp_path, fake_gpus, token, model_path, name="simhost"):
+    def __init__(self, tmp_path, fake_gpus, token, model_path, name="simhost", sglang_version=SIMULATED_SGLANG):
         self.name = name
         self.dir = tmp_path / name
         self.dir.mkdir()
+        self.sglang_version = sglang_version
+        self.site = install_sglang(self.dir / "site", sglang_version)
         self.token = token
         self.fake_gpus = fake_gpus
         self.base_port = free_port_block(8)
@@ -412,7 +430,8 @@ class SimHost:
             "sglang_base_port": self.base_port,
             "sglang_server_command": [PYTHON, SGLANG_SIM],
             "sglang_model_path": model_path,
-            "sglang_env": {"GPUOPS_FAKE_GPU_DIR": fake_gpus.dir, "SGLANG_SIM_TIME_SCALE": "0.05", TOKEN_VAR: token},
+            "sglang_env": {"GPUOPS_FAKE_GPU_DIR": fake_gpus.dir, "SGLANG_SIM_TIME_SCALE": "0.05", TOKEN_VAR: token,
+                           "PYTHONPATH": self.site},
             "sglang_script_dir": str(self.script_dir),
             "sglang_log_dir": str(self.log_dir),
             "sglang_cache_dir": str(self.dir / "cache"),

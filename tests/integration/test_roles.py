@@ -83,8 +83,9 @@ def test_an_api_key_with_shell_and_yaml_characters_reaches_the_server_byte_exact
      "server 'tp': tp_size=2 x dp_size=1 does not match its 3 GPUs [0, 1, 2]"),
     ({"sglang_servers": [{"name": "far", "port": 31000, "gpus": [8]}]},
      "server 'far': GPU index 8 is beyond the host's GPU count 8 (valid: 0-7)"),
-    ({"sglang_mamba_scheduler_strategy": "extra_buffer_lazy"},
-     "mamba_scheduler_strategy 'extra_buffer_lazy' is not valid"),
+    # The choices of the SGLang the simulated host runs (0.5.23: extra_buffer_lazy too; before it, the unit tests).
+    ({"sglang_mamba_scheduler_strategy": "lazy"},
+     "mamba_scheduler_strategy 'lazy' is not valid; use one of auto, no_buffer, extra_buffer, extra_buffer_lazy"),
     ({"sglang_model_path": "/nonexistent/model"},
      "required path(s) missing on the host, nothing written: /nonexistent/model"),
     ({"sglang_extra_args": {"tp": 2}}, "extra arg 'tp' abbreviates (argparse prefix) --tp-size"),
@@ -129,7 +130,8 @@ def test_deploy_is_idempotent_and_reports_only_changed_scripts(sim_host):
     servers[5]["mamba_scheduler_strategy"] = "extra_buffer"
     one = sim_host.run("deploy", {"sglang_servers": servers})
     assert one.task("Write all launch scripts")[0]["changed_scripts"] == ["gpu5"]
-    assert "--mamba-scheduler-strategy extra_buffer" in sim_host.script("gpu5").read_text()
+    # Spelled for the SGLang the host runs (read by the hold): 0.5.23 renamed --mamba-scheduler-strategy.
+    assert "--mamba-radix-cache-strategy extra_buffer" in sim_host.script("gpu5").read_text()
 
 
 def test_tp8_with_pcie_nccl_and_eagle3(sim_host, tmp_path):

@@ -90,7 +90,9 @@ def test_a_canary_of_one_leaves_the_others_untouched_and_is_rolled_back(sim_host
     pids = {f"gpu{index}": state(sim_host, f"gpu{index}")["pid"] for index in range(8)}
     scripts = {name: sim_host.script(name).read_text() for name in pids}
 
-    bad = sim_host.run("relaunch", {"relaunch_canary": 1, "sglang_extra_args": {"no_such_flag": True}})
+    # A flag the host's SGLang lacks, the check off (as for a fork): the server itself refuses it when it starts.
+    bad = sim_host.run("relaunch", {"relaunch_canary": 1, "sglang_extra_args": {"no_such_flag": True},
+                                    "sglang_flag_check": False})
     assert bad.rc != 0
     canary = [server for task in bad.task("Bring servers") for server in task.get("servers", [])
               if server["action"] != "deferred"]
@@ -224,8 +226,9 @@ def test_a_server_killed_from_outside_that_fails_to_start_again_is_no_failed_new
 
 def test_rollback_off_leaves_the_failed_server_as_it_failed(sim_host):
     assert sim_host.run("relaunch", {"sglang_gpu_count": 1}).rc == 0
+    # A flag the server refuses when it starts (the check that would refuse it first is off, as for a fork).
     off = sim_host.run("relaunch", {"sglang_gpu_count": 1, "relaunch_rollback": False,
-                                    "sglang_extra_args": {"no_such_flag": True}})
+                                    "sglang_extra_args": {"no_such_flag": True}, "sglang_flag_check": False})
     assert off.rc != 0 and not off.task("Relaunch them with their last good configuration")
     assert "rolled back" not in "\n".join(failures(off))
 
@@ -260,7 +263,8 @@ def test_booleans_given_as_strings_mean_what_they_say(sim_host):
     # `-e name=false` hands the roles the string "false": a run without rollback must not roll back, and the
     # summary must still come (it once failed with "no longer holds the host" and skipped the summary).
     assert sim_host.run("relaunch", {"sglang_gpu_count": 1}).rc == 0
-    bad = {"sglang_gpu_count": 1, "sglang_extra_args": {"no_such_flag": True}}
+    # A flag the server refuses when it starts (the check that would refuse it first is off, as for a fork).
+    bad = {"sglang_gpu_count": 1, "sglang_extra_args": {"no_such_flag": True}, "sglang_flag_check": False}
     strings = ["-e", "relaunch_rollback=false", "-e", "sglang_enable_metrics=no", "-e", "relaunch_halt_on_failure=0"]
     failed = sim_host.run("relaunch", bad, args=strings)
     assert failed.rc != 0

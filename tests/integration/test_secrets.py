@@ -89,8 +89,8 @@ def test_api_keys_and_credentials_stay_out_of_every_output_and_file_through_a_cr
         hf_token, admin_key, ssl_password = credentials
         return sim_host.run("relaunch", {
             "sglang_servers": servers, "sglang_api_key": key,
-            # --ssl-keyfile-password is an option from SGLang 0.5.10 on: the simulated servers run that version.
-            "sglang_env": dict(sim_host.host_vars["sglang_env"], HF_TOKEN=hf_token, SGLANG_SIM_VERSION="0.5.10"),
+            # --ssl-keyfile-password is an option from SGLang 0.5.10 on: the simulated host runs the newest (0.5.23).
+            "sglang_env": dict(sim_host.host_vars["sglang_env"], HF_TOKEN=hf_token),
             "sglang_extra_args": {"admin_api_key": admin_key, "ssl_keyfile_password": ssl_password},
         }, args=("-vvvv", "--diff"))
 

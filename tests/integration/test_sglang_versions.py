@@ -63,7 +63,16 @@ def script_flags(script):
     return command[command.index("--model-path"):]
 
 
+def without_simulated_sglang(sim_host):
+    """The simulated host without the simulator's SGLang: its dist-info's site off the servers' PYTHONPATH."""
+    sim_host.host_vars["sglang_env"].pop("PYTHONPATH", None)
+    sim_host.inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
+        "hosts": {sim_host.name: sim_host.host_vars}}}}}))
+
+
 def deploy(sim_host, sglang, extra_vars=None):
+    # The real SGLang only: the simulated one's dist-info, first on the PYTHONPATH, would be found before it.
+    without_simulated_sglang(sim_host)
     sim_host.host_vars["sglang_server_command"] = [sglang.python, "-m", "sglang.launch_server"]
     sim_host.host_vars["sglang_mamba_scheduler_strategy"] = "no_buffer"
     sim_host.host_vars["sglang_extra_args"] = {"chunked_prefill_size": 4096, "schedule_policy": "lpm"}
@@ -106,6 +115,7 @@ def test_a_configured_version_that_disagrees_with_the_host_fails_naming_both(ins
 
 
 def test_a_host_without_sglang_is_said_in_one_sentence(sim_host):
+    without_simulated_sglang(sim_host)
     result = sim_host.run("deploy", {"sglang_gpu_count": 1})
     assert result.rc == 0, result
     notes = result.task("Say what the operator should know")

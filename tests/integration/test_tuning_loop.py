@@ -42,14 +42,17 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     lines = summary(second)
     compared = [line.strip() for line in lines[lines.index("since the last good run:") + 1:]]
     assert len(compared) == 2 and compared[0].startswith("gpu0 vs run ")
-    assert "--mamba-scheduler-strategy extra_buffer -> no_buffer" in compared[0]
+    # The flag as the host's SGLang spells it: the simulated host runs 0.5.23, which renamed --mamba-scheduler-strategy.
+    assert "--mamba-radix-cache-strategy extra_buffer -> no_buffer" in compared[0]
     assert "max_running_requests 32 -> 53" in compared[0] and "ready " in compared[0]
 
     records = journal_runs(sim_host)
     assert [record["job"] for record in records] == ["relaunch", "relaunch"]
     entry = records[1]["servers"]["gpu1"]
     assert entry["action"] == "relaunched" and entry["outcome"] == "ready"
-    assert entry["changed"] == [{"setting": "--mamba-scheduler-strategy", "before": "extra_buffer",
+    # no_buffer from 0.5.23 on comes with the overlap schedule off (as SGLang itself set it before).
+    assert entry["changed"] == [{"setting": "--disable-overlap-schedule", "before": None, "after": True},
+                                {"setting": "--mamba-radix-cache-strategy", "before": "extra_buffer",
                                  "after": "no_buffer"}]
     assert entry["facts"]["max_running_requests"] == 53 and entry["timings"]["ready_s"] > 0
     assert records[1]["by"]["user"] and records[1]["run_id"]
@@ -96,7 +99,7 @@ def test_journal_side_by_side_history_and_relative_expectations(sim_host, hybrid
     assert table[0].split()[:3] == ["time", "job", "run"]
     jobs = [line.split()[2] for line in table[1:]]
     assert jobs == ["relaunch"] * 5 + ["status", "stop"]
-    assert "--mamba-scheduler-strategy" in table[2]
+    assert "--mamba-radix-cache-strategy" in table[2]
     runs = history.task("Publish the runs")[0]["ansible_facts"]["relaunch_history"]
     assert runs[2]["servers"]["gpu0"]["outcome"] == "ready"
 
@@ -215,8 +218,10 @@ def test_status_names_the_binding_constraint_under_load(sim_host, hybrid_model, 
     busy = sim_host.run("status", settings)
     assert busy.rc == 0
     assert busy.task("Fleet status")[0]["msg"][-1] == (
-        "gpu0: mamba pool bound: mamba_usage 1.00 vs token_usage 0.00, 32 running = max_running_requests, queue 8: "
-        "try `--mamba-scheduler-strategy no_buffer` or a larger `--max-mamba-cache-size`")
+        # SGLang 0.5.23 (the simulated host's): the KV pool's own gauge, and no_buffer in its spelling, which
+        # asserts the overlap schedule off.
+        "gpu0: mamba pool bound: mamba_usage 1.00 vs full_token_usage 0.00, 32 running = max_running_requests, queue 8: "
+        "try `--mamba-radix-cache-strategy no_buffer --disable-overlap-schedule` or a larger `--max-mamba-cache-size`")
     record = json.loads((sim_host.dir / "state" / "journal.jsonl").read_text().splitlines()[-1])
     assert record["job"] == "status" and record["servers"]["gpu0"]["capacity"]["bound"] == "mamba"
     assert record["by"]["user"], "a status run says who ran it"

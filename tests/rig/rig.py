@@ -10,7 +10,11 @@ The rig provides what ``community.proxmox.proxmox_pct_remote`` talks to on a rea
     under the work dir; the system sshd and /root/.ssh are untouched);
   - a ``pct`` stand-in at /usr/sbin/pct (tests/rig/pct.py) that logs every call;
   - inside each container the GPU host simulator: tests/simulator copied to /opt/gpuops-sim,
-    fake GPUs in /var/lib/fake-gpu with ``nvidia-smi`` on PATH, and fake model directories.
+    fake GPUs in /var/lib/fake-gpu with ``nvidia-smi`` on PATH, fake model directories, and SGLang "installed":
+    a dist-info of the simulator's default version (the newest) in python3's system site, so the collection reads
+    that version as the container's SGLang and the simulator runs it; a site per simulated version under
+    /opt/gpuops-sim/sglang-sites/<version> (inventory: gpuops_rig_sglang_sites) for a host that runs another one
+    (its sglang_env puts that site first on PYTHONPATH).
 
 CLI (root only; stdlib only so the system python3 can run it):
   rig.py setup                       install host packages, build the cached base container
@@ -80,6 +84,10 @@ NETWORK_MARK = "# gpuops-rig network"
 
 SIM_DIR_IN_CT = "/opt/gpuops-sim"
 FAKE_GPU_DIR_IN_CT = "/var/lib/fake-gpu"
+# Debian's system site of /usr/bin/python3 (whatever its minor version): where SGLang is "installed" in a container.
+SYSTEM_SITE_IN_CT = "/usr/lib/python3/dist-packages"
+# A site per simulated version, <this>/<version>: on a host's PYTHONPATH, it comes before the system site's.
+SGLANG_SITES_IN_CT = f"{SIM_DIR_IN_CT}/sglang-sites"
 FAKE_MODELS_IN_CT = {
     "/models/fake-model": [],
     "/models/fake-model-hybrid": ["--arch", "Qwen3NextForCausalLM", "--hybrid-mamba"],
@@ -395,6 +403,7 @@ def install_simulator(vmid, gpus):
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "test_*.py", "conftest.py"))
     # The simulator parses SGLang's flags from the collection's generated tables; only its own directory is here.
     shutil.copyfile(FLAG_TABLES, target / FLAG_TABLES.name)
+    install_sglang(container_root(vmid))
     # `init` creates or updates the state dir and keeps live allocations, so it is safe on re-`up`.
     attach(vmid, ["python3", f"{SIM_DIR_IN_CT}/fakegpu.py", "init", FAKE_GPU_DIR_IN_CT,
                   "--count", str(gpus), "--hide-compute-apps"])
@@ -403,6 +412,19 @@ def install_simulator(vmid, gpus):
     for link in ("/usr/local/bin/nvidia-smi", "/usr/bin/nvidia-smi"):
         attach(vmid, ["ln", "-sfn", f"{FAKE_GPU_DIR_IN_CT}/bin/nvidia-smi", link])
     make_fake_model(vmid)
+
+
+def install_sglang(root):
+    """The simulated SGLang of a container (``root``: its / seen from here): the default version's dist-info in
+    python3's system site, and one site per simulated version under SGLANG_SITES_IN_CT."""
+    if str(SIMULATOR_DIR) not in sys.path:
+        sys.path.insert(0, str(SIMULATOR_DIR))
+    from sglang_simulator.dist_info import write_site
+    from sglang_simulator.settings import DEFAULT_VERSION, DIALECTS
+
+    write_site(str(root / SYSTEM_SITE_IN_CT.lstrip("/")), DEFAULT_VERSION)
+    for version in DIALECTS:
+        write_site(str(root / SGLANG_SITES_IN_CT.lstrip("/") / version), version)
 
 
 def make_fake_model(vmid):
@@ -452,6 +474,7 @@ all:
         ansible_host_key_checking: false
         gpuops_rig_fake_gpu_dir: {FAKE_GPU_DIR_IN_CT}
         gpuops_rig_simulator_dir: {SIM_DIR_IN_CT}
+        gpuops_rig_sglang_sites: {SGLANG_SITES_IN_CT}
         gpuops_rig_model_dirs: [{", ".join(FAKE_MODELS_IN_CT)}]
 """)
     return output

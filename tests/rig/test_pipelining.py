@@ -30,7 +30,7 @@ THROUGH_TEMP_DIR = re.compile(r"python3 \S+/AnsiballZ_(\w+)\.py$")
 WAIT_PROGRESS = re.compile(r"^ct\d+: \d+/8 ready", re.MULTILINE)
 SCRIPT_DIR = "/opt/gpuops-pipelining/bin"
 # A production-like host: 8 one-GPU servers whose scripts carry the usual environment and tuning flags
-# (about 2 KB each), on the rig's simulated GPUs and SGLang.
+# (about 2 KB each, spelt for SGLang 0.5.23: the rig's), on the rig's simulated GPUs and SGLang.
 HOST_VARS = {
     "sglang_gpu_count": 8,
     "sglang_server_command": ["python3", "{{ gpuops_rig_simulator_dir }}/sglang_sim.py"],
@@ -39,7 +39,7 @@ HOST_VARS = {
     "sglang_mem_fraction_static": 0.85,
     "sglang_max_running_requests": 256,
     "sglang_context_length": 32768,
-    "sglang_extra_args": {"chunked_prefill_size": 8192, "cuda_graph_max_bs": 256, "watchdog_timeout": 600,
+    "sglang_extra_args": {"chunked_prefill_size": 8192, "cuda_graph_max_bs_decode": 256, "watchdog_timeout": 600,
                           "attention_backend": "flashinfer", "trust_remote_code": True, "page_size": 16},
     "sglang_env": {
         "GPUOPS_FAKE_GPU_DIR": "{{ gpuops_rig_fake_gpu_dir }}", "SGLANG_SIM_TIME_SCALE": "3",

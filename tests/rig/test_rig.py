@@ -141,3 +141,14 @@ def test_rig_cli_status_reports_the_running_rig(ct):
     assert facts["up"] and facts["pct_stand_in_installed"] and facts["base_cached"]
     assert facts["containers"] == {str(ct["vmid"]): "running"}
     assert facts["pct_calls_logged"] > 0
+
+
+def test_sglang_is_installed_for_python3_and_each_simulated_version_has_a_site(ct):
+    vmid = str(ct["vmid"])
+    read = ["python3", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+    # The simulator's default, the newest: what the collection reads as the container's SGLang, and what it runs.
+    installed = pct(ct, "exec", vmid, "--", *read)
+    assert (installed.returncode, installed.stdout) == (0, "0.5.23\n"), installed.stderr
+    # Another version's site, first on the PYTHONPATH (a host's sglang_env), comes before it.
+    other = pct(ct, "exec", vmid, "--", "env", f"PYTHONPATH={rig.SGLANG_SITES_IN_CT}/0.5.10", *read)
+    assert (other.returncode, other.stdout) == (0, "0.5.10\n"), other.stderr

@@ -178,7 +178,9 @@ def draft_model_dir(tmp_path):
 def launch(tmp_path, gpu_dir, model_dir):
     """launch(*flags, env=None, version="0.5.9", time_scale=0.05, model=None) -> SimServer.
 
-    Kills everything started afterwards, orphans included."""
+    Each server is given its version (SGLANG_SIM_VERSION): 0.5.9 unless the test names another, because most of
+    these tests expect the classic dialect's lines; the simulator's own default (the newest) is tested in
+    test_sim_versions.py. Kills everything started afterwards, orphans included."""
     started = []
 
     def start(*flags, env=None, version="0.5.9", time_scale=0.05, model=None):

@@ -347,7 +347,9 @@ def test_disabled_radix_cache_sizes_the_mamba_cache_by_max_running_requests(laun
 def test_hybrid_metrics_under_load_and_when_idle(launch, version):
     """30 mamba slots, no_buffer: 10 running requests fill them, so mamba_usage reads 1.0 (and token_usage from v0.5.10);
     the idle refresh then zeroes the KV side and leaves mamba_usage at its last busy value."""
-    server = launch("--enable-metrics", "--max-mamba-cache-size", "30", "--decode-log-interval", "10",
+    # auto is no_buffer up to 0.5.10; from 0.5.23 only with the overlap schedule off (else extra_buffer).
+    no_buffer = ("--disable-overlap-schedule",) if version == "0.5.23" else ()
+    server = launch("--enable-metrics", "--max-mamba-cache-size", "30", "--decode-log-interval", "10", *no_buffer,
                     version=version, env={"SGLANG_SIM_DECODE_TOKENS_PER_S": "100",
                                           "SGLANG_SIM_IDLE_REFRESH_S": "0.5"})
     server.wait_ready()

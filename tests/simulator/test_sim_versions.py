@@ -1,5 +1,6 @@
 """SGLANG_SIM_VERSION: the parser of each version (from the generated flag tables), /ready, v0.5.23's shutdown lines
-and their faults, each version's metric names, the version reported, and --make-site for importlib.metadata."""
+and their faults, each version's metric names, the version reported, --make-site for importlib.metadata, and the version
+a server simulates when SGLANG_SIM_VERSION is unset: the installed dist-info's, else the newest."""
 
 import json
 import os
@@ -191,15 +192,73 @@ def test_version_reported_and_metric_names(launch, version):
     assert float(phases["scheduler_e2e"]) >= float(phases["load_weight"]) > 0
 
 
+def test_v0_5_23_resolves_and_validates_the_mamba_strategy(launch, model_dir, tmp_path):
+    # auto: extra_buffer with the overlap schedule (0.5.10 resolves it to no_buffer), as /server_info shows it
+    auto = launch("--disable-cuda-graph", version="0.5.23", time_scale=FAST)
+    auto.wait_ready()
+    info = json.loads(auto.get("/server_info")[1])
+    assert (info["mamba_radix_cache_strategy"], info["disable_overlap_schedule"]) == ("extra_buffer", False)
+    os.kill(auto.pid, signal.SIGKILL)  # its GPU memory for the next one
+    auto.wait_exit()
+    off = launch("--disable-cuda-graph", "--disable-overlap-schedule", version="0.5.23", time_scale=FAST)
+    off.wait_ready()
+    assert json.loads(off.get("/server_info")[1])["mamba_radix_cache_strategy"] == "no_buffer"
+    # no_buffer with the overlap schedule on: SGLang's assertion ends the launch before any process starts
+    refused = run_sim("0.5.23", "--model-path", model_dir, "--mamba-radix-cache-strategy", "no_buffer")
+    assert refused.returncode == 1 and "validate_mamba_no_buffer" in refused.stderr
+    assert refused.stderr.rstrip().endswith("AssertionError: no_buffer do not support overlap schedule. "
+                                            "Try to set disable_overlap_schedule=True.")
+    # extra_buffer on a model without mamba state
+    dense = str(tmp_path / "dense")
+    assert run_sim("0.5.23", "--make-model", dense, "--shards", "1").returncode == 0
+    refused = run_sim("0.5.23", "--model-path", dense, "--mamba-radix-cache-strategy", "extra_buffer")
+    assert refused.returncode == 1
+    assert refused.stderr.rstrip().endswith(
+        "ValueError: --mamba-radix-cache-strategy extra_buffer needs mamba state, got Qwen3ForCausalLM.")
+
+
 def test_make_site_answers_importlib_metadata(tmp_path):
     site = str(tmp_path / "site")
     query = [sys.executable, "-c",
              "import importlib.metadata as m; print(m.version('sglang'), m.metadata('sglang')['Summary'])"]
     env = dict(os.environ, PYTHONPATH=site)
-    for argv, expected in ((["--make-site", site], "0.5.9"), (["--make-site", site, "--version", "0.5.10.post1"],
-                                                              "0.5.10.post1")):
-        assert run_sim("0.5.23", *argv).returncode == 0  # SGLANG_SIM_VERSION does not pick it: --version does
+    # Without --version the default, the newest.
+    for argv, expected in ((["--make-site", site], "0.5.23"), (["--make-site", site, "--version", "0.5.10.post1"],
+                                                               "0.5.10.post1")):
+        assert run_sim("0.5.9", *argv).returncode == 0  # SGLANG_SIM_VERSION does not pick it: --version does
         out = subprocess.run(query, capture_output=True, text=True, check=True, env=env).stdout
         assert out.startswith(expected + " ") and "simulator" in out
     assert os.listdir(site) == ["sglang-0.5.10.post1.dist-info"]  # the earlier one replaced
     assert run_sim("0.5.9", "--make-site", site, "--version", "0.6.0").returncode == 2
+
+
+def run_sim_env(env, *argv):
+    """The simulator with ``env`` over this environment (None removes a variable), SGLANG_SIM_VERSION unset."""
+    full_env = dict(os.environ, **{name: value for name, value in env.items() if value is not None})
+    for name in ["SGLANG_SIM_VERSION", *env]:
+        if env.get(name) is None:
+            full_env.pop(name, None)
+    return subprocess.run([sys.executable, SIM_SCRIPT, *argv], capture_output=True, text=True, check=False,
+                          env=full_env, timeout=30)
+
+
+def test_the_installed_dist_info_is_the_version_simulated(tmp_path, model_dir, launch):
+    # Nothing installed, nothing set: the newest (v0.5.23 has no --mamba-scheduler-strategy).
+    result = run_sim_env({}, "--model-path", model_dir, "--mamba-scheduler-strategy", "extra_buffer")
+    assert result.returncode == 2 and "unrecognized arguments: --mamba-scheduler-strategy" in result.stderr
+    site = str(tmp_path / "site")
+    run_sim("0.5.9", "--make-site", site, "--version", "0.5.10.post1").check_returncode()
+    # The dist-info on the PYTHONPATH picks the parser: v0.5.10's choices.
+    result = run_sim_env({"PYTHONPATH": site}, "--model-path", model_dir, "--mamba-scheduler-strategy",
+                         "extra_buffer_lazy")
+    assert result.returncode == 2 and "invalid choice: 'extra_buffer_lazy'" in result.stderr
+    # SGLANG_SIM_VERSION that says another version than the one installed: refused, naming both.
+    result = run_sim_env({"PYTHONPATH": site, "SGLANG_SIM_VERSION": "0.5.23"}, "--model-path", model_dir)
+    assert result.returncode == 1
+    assert result.stderr.startswith("SGLANG_SIM_VERSION is 0.5.23, but sglang 0.5.10.post1 is installed for this "
+                                    f"interpreter ({site}")
+    # The server reports the installed version, as given.
+    server = launch("--disable-cuda-graph", env={"SGLANG_SIM_VERSION": None, "PYTHONPATH": site}, time_scale=FAST)
+    server.wait_ready()
+    assert json.loads(server.get("/server_info")[1])["version"] == "0.5.10.post1"
+    assert "Init parallel begin." not in server.log()  # the classic dialect

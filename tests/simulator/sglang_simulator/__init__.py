@@ -1,13 +1,14 @@
 """The SGLang simulator: a stand-in for ``python3 -m sglang.launch_server`` (stdlib, optional setproctitle,
 Python >= 3.9), run through ``tests/simulator/sglang_sim.py``.
 
-Simulates one SGLang version (SGLANG_SIM_VERSION: 0.5.9, the default, 0.5.10 or 0.5.23): it takes exactly that
+Simulates one SGLang version (0.5.9, 0.5.10 or 0.5.23: SGLANG_SIM_VERSION, else the version of the sglang dist-info
+its interpreter sees - what the collection reads as the host's SGLang - else the newest): it takes exactly that
 version's flags (parsed from the flag tables generated from the real parsers) and reproduces what a launcher can
 observe of a real server: the log lines of v0.5.9/v0.5.10 ("classic") or v0.5.23 ("new"), the process tree
 (schedulers titled ``sglang::scheduler_TP<i>`` dying with their parent), GPU memory held through
 tests/simulator/fakegpu.py, the HTTP endpoints and their phases (connection refused -> 503 -> 200; /ready from
 v0.5.23), SIGTERM handling (v0.5.23's ShutdownReq and reaping waits after the drain) and the common failures, each
-version's metric names, and a dist-info that makes importlib.metadata see the version (``--make-site``). Once ready
+version's metric names, and a dist-info that makes importlib.metadata see a version (``--make-site``). Once ready
 it serves ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` (streaming too, and the schedulers' live
 counts on ``/v1/loads``) through one scheduler per DP rank that behaves like SGLang's under load. Multi-node tensor
 parallelism (``--nnodes``, ``--node-rank``, ``--dist-init-addr``) as in SGLang 0.5.10.

@@ -36,6 +36,51 @@ def check_server_args(args):
             sys.exit(1)
 
 
+# Where SGLang 0.5.23 resolves and validates the mamba radix cache strategy: launch_server.run_server's
+# resolve_once, before any process starts (arg_groups/model_hook.py, mamba_hook.py).
+MAMBA_RESOLUTION_FRAMES = [
+    ("sglang/launch_server.py", 84, "<module>", "run_server(server_args)"),
+    ("sglang/launch_server.py", 29, "run_server", "server_args.resolve_once()"),
+    ("arg_groups/pipeline.py", 225, "run_resolution_pipeline",
+     "run_hook(handle_model_specific_adjustments, server_args)"),
+    ("arg_groups/model_hook.py", 225, "handle_model_specific_adjustments",
+     "handle_mamba_radix_cache(server_args, hf_config)"),
+]
+
+
+def resolve_mamba_strategy(args, model):
+    """SGLang 0.5.23's --mamba-radix-cache-strategy for a known model (handle_mamba_radix_cache): ``auto`` becomes
+    extra_buffer with the overlap schedule, else no_buffer with the overlap schedule off; no_buffer with the overlap
+    schedule on is an AssertionError, extra_buffer on a model without mamba state a ValueError - each ends the
+    launch (exit 1) before any process starts. Earlier versions resolve in ServerConfig."""
+    strategy = getattr(args, "mamba_radix_cache_strategy", None)
+    if strategy is None or not model:
+        return
+    architecture = (model.get("architectures") or ["?"])[0]
+    if not model.get("gpuops_sim", {}).get("hybrid_mamba"):
+        if strategy.startswith("extra_buffer"):
+            _fail_resolution([("arg_groups/model_hook.py", 1063, "handle_mamba_radix_cache", "raise ValueError(")],
+                             f"ValueError: --mamba-radix-cache-strategy {strategy} needs mamba state, got {architecture}.")
+        return
+    if args.disable_radix_cache:
+        return
+    if strategy == "auto":
+        strategy = "no_buffer" if args.disable_overlap_schedule else "extra_buffer"
+        args.disable_overlap_schedule = args.disable_overlap_schedule or strategy == "no_buffer"
+        args.mamba_radix_cache_strategy = strategy
+    if strategy == "no_buffer" and not args.disable_overlap_schedule:
+        _fail_resolution([
+            ("arg_groups/model_hook.py", 1076, "handle_mamba_radix_cache",
+             "validate_mamba_no_buffer(view, hf_config.architectures[0])"),
+            ("arg_groups/mamba_hook.py", 158, "validate_mamba_no_buffer", "assert view.disable_overlap_schedule, ("),
+        ], "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.")
+
+
+def _fail_resolution(frames, error):
+    write_line(2, fake_traceback(MAMBA_RESOLUTION_FRAMES + frames, error) + "\n")
+    sys.exit(1)
+
+
 class ServerConfig:
     """ServerArgs after SGLang's defaulting (server_args.py, v0.5.9), plus the model's config.json."""
 
@@ -67,7 +112,7 @@ class ServerConfig:
             args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = 5, 4, 8
         strategy_flag = "mamba_radix_cache_strategy" if hasattr(args, "mamba_radix_cache_strategy") \
             else "mamba_scheduler_strategy"
-        if getattr(args, strategy_flag) == "auto":
+        if getattr(args, strategy_flag) == "auto":  # up to 0.5.10 (0.5.23: resolve_mamba_strategy)
             setattr(args, strategy_flag, "no_buffer")
         self.mamba_strategy = getattr(args, strategy_flag)
         # Mamba cache slots per running request (model_runner_kv_cache_mixin._calculate_mamba_ratio, 0.5.10):

@@ -4,7 +4,13 @@ version's flags (flags.py)."""
 
 import sys
 
-from .config import ServerConfig, check_server_args, make_model, read_model_config
+from .config import (
+    ServerConfig,
+    check_server_args,
+    make_model,
+    read_model_config,
+    resolve_mamba_strategy,
+)
 from .dist_info import make_site
 from .flags import build_parser
 from .server import Server
@@ -22,11 +28,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     sim.select_node(args.node_rank)
     check_server_args(args)
-    config = ServerConfig(args, sim, parser.own_dests)
     # The main process reads config.json too (TokenizerManager); a missing model fails in the schedulers.
     try:
         model = read_model_config(args.model_path)
     except OSError:
         model = {}
+    resolve_mamba_strategy(args, model)
+    config = ServerConfig(args, sim, parser.own_dests)
     Server(config, model).run()
     return 0

@@ -3,11 +3,15 @@ that read them.
 
 Environment:
   GPUOPS_FAKE_GPU_DIR     fake GPU state dir (fakegpu.py init); without it no memory is accounted
-  SGLANG_SIM_VERSION      the SGLang version simulated: 0.5.9 (the default), 0.5.10 or 0.5.23; a post release
-                          (0.5.10.post1) is its release's behaviour, reported as given. It picks the flag table
-                          (flags.py), the log dialect (0.5.9 and 0.5.10 "classic", 0.5.23 "new"), /ready, the
-                          shutdown after the drain and the metric names. The default stays 0.5.9 until the test
-                          harness tells the collection which version a simulated host runs (a later step).
+  SGLANG_SIM_VERSION      the SGLang version simulated: 0.5.9, 0.5.10 or 0.5.23; a post release (0.5.10.post1)
+                          is its release's behaviour, reported as given. It picks the flag table (flags.py), the
+                          log dialect (0.5.9 and 0.5.10 "classic", 0.5.23 "new"), /ready, the shutdown after the
+                          drain and the metric names. Unset, the simulator runs the version of the sglang
+                          distribution its interpreter sees - the dist-info a simulated host has installed
+                          (``--make-site``, dist_info.py), which is also what the collection reads as the host's
+                          SGLang - and without one the newest, 0.5.23 (DEFAULT_VERSION). Set beside a dist-info of
+                          another version, the server refuses to start: the host would say one version and run
+                          another.
   SGLANG_SIM_TIME_SCALE   multiplies every startup phase duration (default 1: ready in about 3-5 s; 0: at once)
                           and v0.5.23's shutdown waits (15 s, 60 s; whole at 0); the serving rates below are not
                           scaled
@@ -32,7 +36,7 @@ import time
 
 from .faults import parse_faults
 
-DEFAULT_VERSION = "0.5.9"
+DEFAULT_VERSION = "0.5.23"
 # Each supported release and its log dialect.
 DIALECTS = {"0.5.9": "classic", "0.5.10": "classic", "0.5.23": "new"}
 
@@ -41,6 +45,36 @@ def release_of(version):
     """The supported release a version string is (``0.5.10.post1`` -> ``0.5.10``), or None."""
     match = re.fullmatch(r"(\d+\.\d+\.\d+)(\.post\d+)?", version or "")
     return match.group(1) if match and match.group(1) in DIALECTS else None
+
+
+def installed_version():
+    """(version, location) of the sglang distribution this interpreter sees (importlib.metadata, as the collection
+    reads a host's SGLang), or (None, None)."""
+    from importlib import metadata
+    try:
+        dist = metadata.distribution("sglang")
+    except metadata.PackageNotFoundError:
+        return None, None
+    return dist.version, str(dist.locate_file(""))
+
+
+def simulated_version():
+    """The version this server simulates: SGLANG_SIM_VERSION, else the installed sglang's, else DEFAULT_VERSION;
+    exits with the reason where it is not one the simulator has, or where the two disagree."""
+    configured = os.environ.get("SGLANG_SIM_VERSION") or None
+    installed, location = installed_version()
+    if configured and installed and configured != installed:
+        sys.exit(f"SGLANG_SIM_VERSION is {configured}, but sglang {installed} is installed for this interpreter "
+                 f"({location}): a host runs the SGLang it has installed; unset SGLANG_SIM_VERSION, or put a "
+                 f"dist-info of {configured} first on its PYTHONPATH (sglang_sim.py --make-site DIR --version "
+                 f"{configured})")
+    if configured and release_of(configured) is None:
+        sys.exit(f"SGLANG_SIM_VERSION must be one of {', '.join(DIALECTS)} (or a post release of one), "
+                 f"not {configured!r}")
+    if installed and release_of(installed) is None:
+        sys.exit(f"sglang {installed} is installed for this interpreter ({location}); the simulator simulates "
+                 f"{', '.join(DIALECTS)} (or a post release of one)")
+    return configured or installed or DEFAULT_VERSION
 
 
 def getenv_float(name, default):
@@ -59,11 +93,8 @@ class Sim:
     """Run-wide settings taken from the environment."""
 
     def __init__(self):
-        self.version = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
+        self.version = simulated_version()
         self.release = release_of(self.version)
-        if self.release is None:
-            sys.exit(f"SGLANG_SIM_VERSION must be one of {', '.join(DIALECTS)} (or a post release of one), "
-                     f"not {self.version!r}")
         self.log_format = DIALECTS[self.release]
         self.time_scale = getenv_float("SGLANG_SIM_TIME_SCALE", 1.0)
         self.node_faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT", ""))

@@ -79,6 +79,23 @@ def test_mamba_strategy_is_validated_per_version():
     assert argv[-1] == "extra_buffer_lazy"
 
 
+def test_no_buffer_from_0_5_23_turns_the_overlap_schedule_off_as_earlier_versions_did_themselves():
+    def strategy_flags(version, extra_args=None):
+        argv = launch_argv(SERVER, dict(SETTINGS, mamba_scheduler_strategy="no_buffer", version=version,
+                                        extra_args=extra_args or {}))
+        return argv[argv.index("--mamba-scheduler-strategy" if "--mamba-scheduler-strategy" in argv
+                               else "--mamba-radix-cache-strategy"):]
+
+    assert strategy_flags("0.5.10") == ["--mamba-scheduler-strategy", "no_buffer"]
+    assert strategy_flags("0.5.23") == ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
+    # Given by the user: rendered once, as an extra arg.
+    assert strategy_flags("0.5.23", {"disable-overlap-schedule": True}) == [
+        "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
+    with pytest.raises(LaunchScriptError, match="no_buffer needs the overlap schedule off from SGLang 0.5.23 on .*"
+                                                "drop disable_overlap_schedule: False from sglang_extra_args"):
+        strategy_flags("0.5.23", {"disable_overlap_schedule": False})
+
+
 def test_server_entries_override_host_settings_and_merge_extra_args():
     server = dict(SERVER, mem_fraction_static=0.7, extra_args={"chunked_prefill_size": 4096})
     settings = dict(SETTINGS, mem_fraction_static=0.9,
