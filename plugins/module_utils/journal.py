@@ -200,6 +200,9 @@ def compare(good, entry):
     }
     if good.get("name"):
         compared["name"] = good["name"]
+    # An upgrade of SGLang on the host changes what serves as much as a setting does (and renames flags).
+    if entry.get("sglang_version") and previous.get("sglang_version") != entry["sglang_version"]:
+        compared["sglang_version"] = {"before": previous.get("sglang_version"), "after": entry["sglang_version"]}
     return compared
 
 

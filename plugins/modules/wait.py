@@ -323,6 +323,8 @@ servers:
           C(probe), each mapping a name to its C(before) and C(after).
         - A server renamed since (no run of its own under this name) is compared with the one that ran the same
           model on the same GPUs (C(CUDA_VISIBLE_DEVICES)); C(name) then says which.
+        - C(sglang_version) (C(before), C(after)) when the SGLang the host has installed changed since (C(before) null
+          when that run did not read it).
       returned: when O(journal), outside check mode
       type: dict
       sample:

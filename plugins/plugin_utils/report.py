@@ -324,8 +324,13 @@ def _when(epoch):
 
 
 def comparison_text(compared):
-    """``--x a -> b; max_running_requests 32 -> 64, ready 212 s -> 95 s, output 1280 -> 2120 tok/s``."""
-    changed = "; ".join(change_text(change) for change in compared["changed"]) or "same settings"
+    """``SGLang 0.5.10 -> 0.5.23; --x a -> b; max_running_requests 32 -> 64, ready 212 s -> 95 s, output 1280 ->
+    2120 tok/s`` (SGLang only when the host's version changed)."""
+    changes = [change_text(change) for change in compared["changed"]]
+    version = compared.get("sglang_version")
+    if version:
+        changes.insert(0, f"SGLang {version['before'] or '(unknown)'} -> {version['after']}")
+    changed = "; ".join(changes) or "same settings"
     deltas = [f"{fact} {_amount(pair['before'])} -> {_amount(pair['after'])}"
               for fact, pair in compared["facts"].items() if pair["before"] != pair["after"]]
     ready = compared["timings"].get("ready_s")

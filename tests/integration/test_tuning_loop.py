@@ -9,7 +9,7 @@ import threading
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import journal
 
-from .conftest import PYTHON, SGLANG_SIM, http_status
+from .conftest import PYTHON, SGLANG_SIM, http_status, install_sglang
 
 
 def summary(result):
@@ -114,6 +114,27 @@ def probed(result):
     [probe] = result.task("Probe the throughput")
     assert probe.get("servers"), probe
     return probe
+
+
+def test_an_upgrade_of_the_hosts_sglang_is_rendered_for_and_said_since_the_last_good_run(sim_host, hybrid_model):
+    interpreter = sim_host.host_vars["sglang_server_command"][0]
+    settings = {"sglang_gpu_count": 1, "sglang_model_path": hybrid_model, "sglang_mamba_scheduler_strategy": "extra_buffer"}
+    install_sglang(sim_host.site, "0.5.10")
+    assert sim_host.run("relaunch", settings).rc == 0
+    assert "--mamba-scheduler-strategy extra_buffer" in sim_host.script("gpu0").read_text()
+
+    install_sglang(sim_host.site, "0.5.23")  # pip install -U sglang on the host, sglang_version unset
+    upgraded = sim_host.run("relaunch", settings)
+    assert upgraded.rc == 0, summary(upgraded)
+    script = sim_host.script("gpu0").read_text()
+    assert "--mamba-radix-cache-strategy extra_buffer" in script and "--mamba-scheduler-strategy" not in script
+    lines = summary(upgraded)
+    assert lines[1] == f"SGLang 0.5.23 ({interpreter})"
+    [compared] = [line for line in lines if line.startswith("  gpu0 vs run ")]
+    assert (": SGLang 0.5.10 -> 0.5.23; --mamba-radix-cache-strategy (unset) -> extra_buffer; "
+            "--mamba-scheduler-strategy extra_buffer -> (unset); ") in compared
+    records = journal_runs(sim_host)
+    assert [record["servers"]["gpu0"]["sglang_version"] for record in records] == ["0.5.10", "0.5.23"]
 
 
 def test_probe_measures_known_throughput_and_the_advice_closes_the_loop(sim_host, hybrid_model):

@@ -116,6 +116,19 @@ def test_compare_gives_changes_and_deltas():
     assert compared["facts"]["max_running_requests"] == {"before": 32, "after": 53}
     assert compared["timings"] == {"ready_s": {"before": 212.0, "after": 95.0}}
     assert compared["probe"]["output_tok_s"] == {"before": 1280.0, "after": 2120.0}
+    assert "sglang_version" not in compared
+
+
+def test_compare_names_an_upgrade_of_sglang():
+    good = {"run_id": "r1", "time": 1.0, "entry": dict(entry(), sglang_version="0.5.10")}
+    assert journal.compare(good, dict(entry(), sglang_version="0.5.23"))["sglang_version"] == {
+        "before": "0.5.10", "after": "0.5.23"}
+    assert "sglang_version" not in journal.compare(good, dict(entry(), sglang_version="0.5.10"))
+    # Not read this time: no claim that it changed.
+    assert "sglang_version" not in journal.compare(good, entry())
+    unread = {"run_id": "r1", "time": 1.0, "entry": entry()}
+    assert journal.compare(unread, dict(entry(), sglang_version="0.5.23"))["sglang_version"] == {
+        "before": None, "after": "0.5.23"}
 
 
 def test_bounded_but_keeps_each_servers_last_good(tmp_path, monkeypatch):

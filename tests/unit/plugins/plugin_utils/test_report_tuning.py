@@ -34,6 +34,14 @@ def test_the_issues_side_by_side_line():
                                          "ready 212 s -> 95 s")
     same = dict(COMPARED, changed=[], facts={}, timings={"ready_s": {"before": 5.04, "after": 4.96}})
     assert comparison_text(same) == "same settings; ready 5.0 s -> 5.0 s"
+    upgraded = dict(COMPARED, sglang_version={"before": "0.5.10", "after": "0.5.23"}, changed=[
+        {"setting": "--mamba-radix-cache-strategy", "before": None, "after": "extra_buffer"},
+        {"setting": "--mamba-scheduler-strategy", "before": "extra_buffer", "after": None}])
+    assert comparison_text(upgraded).startswith(
+        "SGLang 0.5.10 -> 0.5.23; --mamba-radix-cache-strategy (unset) -> extra_buffer; --mamba-scheduler-strategy "
+        "extra_buffer -> (unset); max_running_requests 32 -> 64")
+    unread = dict(COMPARED, sglang_version={"before": None, "after": "0.5.23"}, changed=[])
+    assert comparison_text(unread).startswith("SGLang (unknown) -> 0.5.23; max_running_requests")
 
 
 def test_summary_compares_only_relaunched_servers():
