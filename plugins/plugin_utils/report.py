@@ -103,6 +103,7 @@ def relaunch_summary(servers, server_results, wait_results, interrupted_runs=Non
     header = ["server", "gpus", "port", "action", "outcome", "failed_in", "ready_s", *SUMMARY_COLUMNS]
     return ([check_headline(verdicts) if check_mode else headline(verdicts)] + interrupted_lines(interrupted_runs)
             + installed_lines(installed_sglang, problems=False)
+            + older_sglang_lines(_running_and_installed(servers, waits, installed_sglang))
             + _table(header, rows) + removed_lines(removed, check_mode) + drain_and_router_lines(server_results, wait_results)
             + since_last_good_lines(servers, actions, waits, verdicts) + rollback_lines(rollbacks)
             + probe_lines(probe))
@@ -143,6 +144,26 @@ def installed_lines(installed_sglang, problems=True):
     ``problems`` is false: the relaunch said it before rendering, with the launch scripts' notes)."""
     return [f"SGLang {entry['version']} ({entry['interpreter']})" if entry.get("version") else entry.get("problem", "")
             for entry in installed_sglang or [] if isinstance(entry, dict) and (problems or entry.get("version"))]
+
+
+def older_sglang_lines(running_and_installed):
+    """Servers that run another SGLang than their interpreter has installed now (started before an upgrade), one line
+    per pair of versions: ``running_and_installed`` is (name, version it reports, version installed)."""
+    older = {}
+    for name, running, installed in running_and_installed:
+        if running and installed and running != installed:
+            older.setdefault((running, installed), []).append(name)
+    return [f"{', '.join(names)} {'runs' if len(names) == 1 else 'run'} SGLang {running}, not the {installed} installed "
+            f"now: a restart starts {installed} (relaunch_state: restarted)" for (running, installed), names in older.items()]
+
+
+def _running_and_installed(servers, waits, installed_sglang):
+    """(name, reported version, installed version) of each server that answered, where the host has one version
+    installed (with several interpreters, which server runs which is not known here)."""
+    versions = {entry.get("version") for entry in installed_sglang or [] if isinstance(entry, dict)}
+    installed = versions.pop() if len(versions) == 1 else None
+    return [(server["name"], ((waits.get(server["name"]) or {}).get("facts") or {}).get("version"), installed)
+            for server in servers]
 
 
 def drain_and_router_lines(server_results, wait_results):
@@ -522,7 +543,10 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    return ([f"{ready}/{len(servers)} servers ready"] + _server_sglang_lines(servers, infos) + _table(header, rows)
+    running_and_installed = [(server["name"], ((infos.get(server["name"]) or {}).get("server_info") or {}).get("version"),
+                              ((infos.get(server["name"]) or {}).get("sglang") or {}).get("version")) for server in servers]
+    return ([f"{ready}/{len(servers)} servers ready"] + _server_sglang_lines(servers, infos)
+            + older_sglang_lines(running_and_installed) + _table(header, rows)
             + _launcher_lines(servers, infos) + capacity_lines(servers, infos))
 
 

@@ -124,6 +124,10 @@ def test_an_upgrade_of_the_hosts_sglang_is_rendered_for_and_said_since_the_last_
     assert "--mamba-scheduler-strategy extra_buffer" in sim_host.script("gpu0").read_text()
 
     install_sglang(sim_host.site, "0.5.23")  # pip install -U sglang on the host, sglang_version unset
+    status = sim_host.run("status", settings)
+    assert status.rc == 0
+    assert ("gpu0 runs SGLang 0.5.10, not the 0.5.23 installed now: a restart starts 0.5.23 (relaunch_state: "
+            "restarted)") in status.task("Fleet status")[0]["msg"]
     upgraded = sim_host.run("relaunch", settings)
     assert upgraded.rc == 0, summary(upgraded)
     script = sim_host.script("gpu0").read_text()
@@ -134,7 +138,9 @@ def test_an_upgrade_of_the_hosts_sglang_is_rendered_for_and_said_since_the_last_
     assert (": SGLang 0.5.10 -> 0.5.23; --mamba-radix-cache-strategy (unset) -> extra_buffer; "
             "--mamba-scheduler-strategy extra_buffer -> (unset); ") in compared
     records = journal_runs(sim_host)
-    assert [record["servers"]["gpu0"]["sglang_version"] for record in records] == ["0.5.10", "0.5.23"]
+    assert [record["servers"]["gpu0"].get("sglang_version") for record in records if record["job"] == "relaunch"] == [
+        "0.5.10", "0.5.23"]
+    assert not [line for line in lines if "not the 0.5.23 installed" in line]
 
 
 def test_probe_measures_known_throughput_and_the_advice_closes_the_loop(sim_host, hybrid_model):

@@ -48,6 +48,20 @@ def test_summary_names_the_sglang_the_host_runs_after_its_first_line():
     assert relaunch_summary(SERVERS, [], WAITS)[1].split()[:2] == ["server", "gpus"]
 
 
+def test_servers_started_before_an_upgrade_are_said_to_run_the_older_sglang():
+    installed = [{"interpreter": "python3", "version": "0.5.23"}]
+    old = [dict(WAITS[0], facts=dict(WAITS[0]["facts"], version="0.5.10")),
+           dict(WAITS[0], name="gpu2", facts={"version": "0.5.10"})]
+    lines = relaunch_summary(SERVERS, [{"name": "gpu0", "action": "unchanged"}], old, installed_sglang=installed)
+    assert lines[1:3] == ["SGLang 0.5.23 (python3)", ("gpu0, gpu2 run SGLang 0.5.10, not the 0.5.23 installed now: a "
+                                                      "restart starts 0.5.23 (relaunch_state: restarted)")]
+    # The same version, or which one a server's interpreter has unknown (two interpreters): nothing said.
+    same = [dict(WAITS[0], facts={"version": "0.5.23"})]
+    assert relaunch_summary(SERVERS, [], same, installed_sglang=installed)[2].split()[:2] == ["server", "gpus"]
+    two = installed + [{"interpreter": "/opt/b/python", "version": "0.5.10"}]
+    assert not [line for line in relaunch_summary(SERVERS, [], old, installed_sglang=two) if "not the" in line]
+
+
 def test_failures_name_each_server_not_ready():
     assert relaunch_failures(SERVERS, WAITS) == ["gpu1 crashed in loading_weights: torch.OutOfMemoryError",
                                                  "gpu2: not relaunched, an earlier batch failed"]
@@ -105,6 +119,10 @@ def test_fleet_status_shows_usage_and_nccl_mismatches():
     lines = fleet_status(SERVERS[:3], apart, gpus)
     assert lines[1:3] == ["SGLang 0.5.23 (python3) in /opt/a/lib/python3.11/site-packages: gpu0, gpu2",
                           "SGLang 0.5.10 (python3) in /opt/b/lib/python3.11/site-packages: gpu1"]
+    # A server whose answer names another version than its interpreter has installed now: started before an upgrade.
+    running = [dict(apart[0], server_info={"version": "0.5.10"}), dict(apart[1], server_info={"version": "0.5.10"})]
+    assert fleet_status(SERVERS[:2], running, gpus)[3] == (
+        "gpu0 runs SGLang 0.5.10, not the 0.5.23 installed now: a restart starts 0.5.23 (relaunch_state: restarted)")
 
 
 def test_fleet_status_says_what_systemd_did():
