@@ -190,14 +190,13 @@ def _mamba_flags(merged):
     if strategy == "no_buffer":
         # Up to 0.5.10 SGLang turned the overlap schedule off itself for no_buffer; 0.5.23 asserts that it is off
         # (arg_groups/mamba_hook.py validate_mamba_no_buffer): the same setting, spelt for the version.
-        extra_args = {str(key).lstrip("-").replace("-", "_"): value
-                      for key, value in (merged.get("extra_args") or {}).items()}
-        if "disable_overlap_schedule" not in extra_args:
+        given = {_extra_flag(key): value for key, value in (merged.get("extra_args") or {}).items()}
+        if "--disable-overlap-schedule" not in given:
             flags.append("--disable-overlap-schedule")
-        elif extra_args["disable_overlap_schedule"] in (None, False):
+        elif given["--disable-overlap-schedule"] in (None, False):
             raise LaunchScriptError("mamba_scheduler_strategy no_buffer needs the overlap schedule off from SGLang "
                                     "0.5.23 on (it refuses to start otherwise); drop disable_overlap_schedule: "
-                                    f"{extra_args['disable_overlap_schedule']} from sglang_extra_args, or use "
+                                    f"{given['--disable-overlap-schedule']} from sglang_extra_args, or use "
                                     "extra_buffer")
     return flags
 
@@ -250,14 +249,18 @@ def _extra_values(key, value):
     return [_text(item) for item in values]
 
 
+def _extra_flag(key):
+    """The flag an sglang_extra_args key renders (``chunked_prefill_size``, ``--chunked-prefill-size``: the same)."""
+    return "--" + str(key).lstrip("-").replace("_", "-")
+
+
 def _extra_flags(extra_args):
     flags, keys_of_flag = [], {}
     for key, value in extra_args.items():
-        name = str(key).lstrip("-")
-        if not _FLAG_NAME.fullmatch(name):
+        if not _FLAG_NAME.fullmatch(str(key).lstrip("-")):
             raise LaunchScriptError(f"extra arg {key!r} is not a flag name; use the name alone (e.g. "
                                     "chunked_prefill_size: 4096), letters, digits, '_' and '-'")
-        flag = "--" + name.replace("_", "-")
+        flag = _extra_flag(key)
         reserved = _reserved_variable(flag)
         if reserved:
             what = "is" if reserved[0] == flag else "abbreviates (argparse prefix)"

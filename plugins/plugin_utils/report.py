@@ -158,8 +158,8 @@ def older_sglang_lines(running_and_installed):
 
 
 def _running_and_installed(servers, waits, installed_sglang):
-    """(name, reported version, installed version) of each server that answered, where the host has one version
-    installed (with several interpreters, which server runs which is not known here)."""
+    """(name, version it reported - None when it did not answer -, version installed) of each server; installed is
+    None unless the host has one version (with several interpreters, which server runs which is not known here)."""
     versions = {entry.get("version") for entry in installed_sglang or [] if isinstance(entry, dict)}
     installed = versions.pop() if len(versions) == 1 else None
     return [(server["name"], ((waits.get(server["name"]) or {}).get("facts") or {}).get("version"), installed)
@@ -543,8 +543,11 @@ def fleet_status(servers, info_results, gpus):
     header = ["server", "gpus", "port", "health", "phase", "tokens", "mamba", "running", "queued", "gen_tok/s",
               "gpu_mem_mib", "script_drift", "nccl"]
     ready = count_ready(infos[server["name"]] for server in servers if server["name"] in infos)
-    running_and_installed = [(server["name"], ((infos.get(server["name"]) or {}).get("server_info") or {}).get("version"),
-                              ((infos.get(server["name"]) or {}).get("sglang") or {}).get("version")) for server in servers]
+    running_and_installed = []
+    for server in servers:
+        info = infos.get(server["name"]) or {}
+        running_and_installed.append((server["name"], (info.get("server_info") or {}).get("version"),
+                                      (info.get("sglang") or {}).get("version")))
     return ([f"{ready}/{len(servers)} servers ready"] + _server_sglang_lines(servers, infos)
             + older_sglang_lines(running_and_installed) + _table(header, rows)
             + _launcher_lines(servers, infos) + capacity_lines(servers, infos))

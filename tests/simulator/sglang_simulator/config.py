@@ -31,9 +31,8 @@ def check_server_args(args):
     ]
     for passed, line, message in checks:
         if not passed:
-            write_line(2, fake_traceback(SERVER_ARGS_CHECK_FRAMES + [
-                ("server_args.py", line, "check_server_args", "assert (")], f"AssertionError: {message}") + "\n")
-            sys.exit(1)
+            _end_launch(SERVER_ARGS_CHECK_FRAMES + [("server_args.py", line, "check_server_args", "assert (")],
+                        f"AssertionError: {message}")
 
 
 # Where SGLang 0.5.23 resolves and validates the mamba radix cache strategy: launch_server.run_server's
@@ -56,28 +55,28 @@ def resolve_mamba_strategy(args, model):
     strategy = getattr(args, "mamba_radix_cache_strategy", None)
     if strategy is None or not model:
         return
-    architecture = (model.get("architectures") or ["?"])[0]
     if not model.get("gpuops_sim", {}).get("hybrid_mamba"):
         if strategy.startswith("extra_buffer"):
-            _fail_resolution([("arg_groups/model_hook.py", 1063, "handle_mamba_radix_cache", "raise ValueError(")],
-                             f"ValueError: --mamba-radix-cache-strategy {strategy} needs mamba state, got {architecture}.")
+            architecture = (model.get("architectures") or ["?"])[0]
+            _end_launch(MAMBA_RESOLUTION_FRAMES + [
+                ("arg_groups/model_hook.py", 1063, "handle_mamba_radix_cache", "raise ValueError(")],
+                f"ValueError: --mamba-radix-cache-strategy {strategy} needs mamba state, got {architecture}.")
         return
     if args.disable_radix_cache:
         return
-    if strategy == "auto":
-        strategy = "no_buffer" if args.disable_overlap_schedule else "extra_buffer"
-        args.disable_overlap_schedule = args.disable_overlap_schedule or strategy == "no_buffer"
-        args.mamba_radix_cache_strategy = strategy
+    if strategy == "auto":  # no_buffer only where the overlap schedule is off already
+        strategy = args.mamba_radix_cache_strategy = "no_buffer" if args.disable_overlap_schedule else "extra_buffer"
     if strategy == "no_buffer" and not args.disable_overlap_schedule:
-        _fail_resolution([
+        _end_launch(MAMBA_RESOLUTION_FRAMES + [
             ("arg_groups/model_hook.py", 1076, "handle_mamba_radix_cache",
              "validate_mamba_no_buffer(view, hf_config.architectures[0])"),
             ("arg_groups/mamba_hook.py", 158, "validate_mamba_no_buffer", "assert view.disable_overlap_schedule, ("),
         ], "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.")
 
 
-def _fail_resolution(frames, error):
-    write_line(2, fake_traceback(MAMBA_RESOLUTION_FRAMES + frames, error) + "\n")
+def _end_launch(frames, error):
+    """A check of the arguments failed: its traceback on stderr, exit 1 before any process starts."""
+    write_line(2, fake_traceback(frames, error) + "\n")
     sys.exit(1)
 
 
