@@ -90,7 +90,7 @@ EXAMPLES = r"""
     scripts:
       - name: gpu0
         path: /opt/gpuops-sglang/bin/gpu0.sh
-        content: "{{ lookup('ansible.builtin.template', 'launch.sh.j2') }}"
+        content: "{{ [sglang_server] | gpuops.sglang.launch_scripts(launch_scripts_settings) | map(attribute='content') | first }}"
     required_paths:
       - /models/Qwen3-Next-80B-A3B-Instruct
     secrets:

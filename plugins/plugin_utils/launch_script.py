@@ -443,6 +443,28 @@ def launch_env(server, settings):
     return [[name, value] for name, value in env.items()]
 
 
+def launch_script(server, settings, managed="Ansible managed"):
+    """The text of one server's launch script: its environment exported, its cache directories made, its command line
+    exec'd one flag per line, every value shell-quoted. ``managed``: the header line (Ansible's ansible_managed)."""
+    gpus = ",".join(str(gpu) for gpu in server["gpus"])
+    lines = ["#!/bin/sh", f"# {managed}", f"# SGLang server {server['name']}: GPUs {gpus}, port {server['port']}.",
+             "# Every setting lives in this file, so the server starts the same after a reboot.",
+             "set -e"]
+    lines += [f"export {name}={shlex.quote(str(value))}" for name, value in launch_env(server, settings)]
+    directories = cache_dirs(server, settings)
+    if directories:
+        lines.append("mkdir -p " + " ".join(shlex.quote(directory) for directory in directories))
+    lines.append("exec" + "".join((" \\\n    " if arg.startswith("--") else " ") + shlex.quote(arg)
+                                  for arg in launch_argv(server, settings)))
+    return "\n".join(lines) + "\n"
+
+
+def launch_scripts(servers, settings, managed="Ansible managed"):
+    """``[{name, path, content}]``: the launch script of every server, for the modules that write them."""
+    return [{"name": server["name"], "path": server["launch_script"],
+             "content": launch_script(server, settings, managed)} for server in servers]
+
+
 def launch_credentials(servers, settings=None):
     """The credentials that launch scripts of ``servers`` (sglang_servers, the topology's output) and ``settings``
     (launch settings, sglang_groups) hold: the API key and the values of credential-like environment variables and

@@ -10,7 +10,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings impo
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import REDACTED
 
-# The shape launch.sh.j2 renders.
+# The shape the launch script renderer (plugin_utils/launch_script.py) writes.
 SCRIPT = """#!/bin/sh
 # Ansible managed
 set -e

@@ -1,12 +1,11 @@
 """The naming contract (module_utils/naming.py): the names on a host stay what older runs left there, and the roles,
-the templates and the host-side code use the names the module defines."""
+the launch script renderer and the host-side code use the names the module defines."""
 
 import ast
+import inspect
 import re
-import shlex
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from ansible_collections.gpuops.sglang.plugins.module_utils import naming
@@ -15,14 +14,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
     script_problems,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
-    cache_dirs,
-    launch_argv,
-    launch_env,
+    launch_script,
 )
 
 REPO = Path(__file__).resolve().parents[4]
 ROLES = REPO / "roles"
-ROLE_FILES = sorted(path for path in ROLES.rglob("*") if path.is_file() and path.suffix in (".j2", ".yml", ".md"))
+ROLE_FILES = sorted(path for path in ROLES.rglob("*") if path.is_file() and path.suffix in (".yml", ".md"))
 # A marker spelled anywhere: GPUOPS_SGLANG_ followed by a name (the docs' "GPUOPS_SGLANG_*" is the prefix).
 MARKER_NAME = re.compile(r"GPUOPS_SGLANG_[A-Z0-9_]+")
 
@@ -83,24 +80,14 @@ def test_the_roles_spell_only_markers_the_naming_module_defines(path):
     assert set(MARKER_NAME.findall(path.read_text())) <= set(naming.MARKERS)
 
 
-def _render_launch_script(server, settings):
-    """launch.sh.j2 rendered as the role does (its filters, Ansible's quote = shlex.quote)."""
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLES / "launch_scripts" / "templates")),
-                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    environment.filters.update({"gpuops.sglang.launch_env": launch_env, "gpuops.sglang.launch_argv": launch_argv,
-                                "gpuops.sglang.cache_dirs": cache_dirs, "quote": shlex.quote})
-    return environment.get_template("launch.sh.j2").render(
-        ansible_managed="managed", launch_scripts_server=server, launch_scripts_rendered_settings=settings)
-
-
-def test_the_launch_script_template_exports_the_markers_the_host_looks_for(tmp_path):
-    """The template spells no marker itself: it exports what launch_env returns, both markers first, in the shape
+def test_the_launch_script_exports_the_markers_the_host_looks_for(tmp_path):
+    """The renderer spells no marker itself: it exports what launch_env returns, both markers first, in the shape
     the server module reads back from a script (and refuses a script marked for another server by)."""
-    template = (ROLES / "launch_scripts" / "templates" / "launch.sh.j2").read_text()
-    assert MARKER_NAME.findall(template) == [] and "gpuops.sglang.launch_env" in template
+    renderer = inspect.getsource(launch_script)
+    assert MARKER_NAME.findall(renderer) == [] and "launch_env(server, settings)" in renderer
     server = {"name": "gpu3", "port": 30003, "gpus": [3], "tp_size": 1, "dp_size": 1}
     settings = {"model_path": "/models/m", "host": "127.0.0.1", "state_dir": "/srv/state"}
-    script = _render_launch_script(server, settings)
+    script = launch_script(server, settings, "managed")
     exports = [line.split("=", 1)[0][len("export "):] for line in script.splitlines() if line.startswith("export ")]
     assert exports[:2] == [naming.MARKER_VAR, naming.DEPLOYMENT_VAR]
     assert f"export {naming.MARKER_VAR}=gpu3\n" in script

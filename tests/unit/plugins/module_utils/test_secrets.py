@@ -40,7 +40,7 @@ def test_scrub_argv_leaves_its_input_alone():
 
 
 def launch_script(key):
-    """As roles/launch_scripts/templates/launch.sh.j2 renders it: one shell-quoted flag per line."""
+    """As the launch script renderer (plugin_utils/launch_script.py) writes it: one shell-quoted flag per line."""
     args = ["python3", "-m", "sglang.launch_server", "--port", "30000", "--api-key", key, "--trust-remote-code"]
     return "#!/bin/sh\nexec" + "".join((" \\\n    " if arg.startswith("--") else " ") + shlex.quote(arg) for arg in args) + "\n"
 
@@ -172,7 +172,7 @@ def test_credential_flags_in_argv_are_hidden_and_found():
 
 
 def script_with_credentials(token, admin_key):
-    """As launch.sh.j2 renders credentials of sglang_env and sglang_extra_args."""
+    """As the launch script renderer writes credentials of sglang_env and sglang_extra_args."""
     return (f"#!/bin/sh\nset -e\nexport TOKENIZERS_PARALLELISM=false\nexport HF_TOKEN={shlex.quote(token)}\n"
             f"export SGLANG_LOG_DECODE_GRAPH_KEY=1\nexec python3 -m sglang.launch_server \\\n"
             f"    --port 30000 \\\n    --admin-api-key {shlex.quote(admin_key)} \\\n"

@@ -3,11 +3,9 @@
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 
-import jinja2
 import pytest
 import yaml
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
@@ -25,6 +23,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
     launch_check,
     launch_credentials,
     launch_env,
+    launch_script,
     local_model_paths,
     parse_version,
 )
@@ -227,13 +226,7 @@ def test_control_characters_end_below_space_and_at_del(character, refused):
 
 
 def _render_script(server, settings):
-    """launch.sh.j2 rendered as the role does (its filters, Ansible's quote = shlex.quote)."""
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROLE_DIR, "templates")),
-                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    environment.filters.update({"gpuops.sglang.launch_env": launch_env, "gpuops.sglang.launch_argv": launch_argv,
-                                "gpuops.sglang.cache_dirs": cache_dirs, "quote": shlex.quote})
-    return environment.get_template("launch.sh.j2").render(
-        ansible_managed="managed", launch_scripts_server=server, launch_scripts_rendered_settings=settings)
+    return launch_script(server, settings, "managed")
 
 
 @pytest.mark.parametrize("api_key", [
