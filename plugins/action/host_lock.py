@@ -7,6 +7,9 @@ import os
 import socket
 import uuid
 
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (
+    format_wait_progress,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.run_identity import (
     awx_job_id,
 )
@@ -70,6 +73,8 @@ class ActionModule(SlicedAction):
         return args
 
     def progress_line(self, host, answer):
+        if answer.get("converged"):  # nothing to change: the wait's line, as its own call would print it
+            return format_wait_progress(host, answer["converged"]["wait"]["servers"])
         return f"{host}: waiting for the host, held by {answer['holder_text']}" if answer.get("holder_text") else None
 
     def next_args(self, answer, module_args):

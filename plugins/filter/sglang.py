@@ -19,6 +19,7 @@ FILTERS = {
     "launch_argv": ("launch_script", "launch_argv", "LaunchScriptError"),
     "launch_env": ("launch_script", "launch_env", "LaunchScriptError"),
     "launch_scripts": ("launch_script", "launch_scripts", "LaunchScriptError"),
+    "launch_script_candidates": ("launch_script", "launch_script_candidates", "LaunchScriptError"),
     "launch_credentials": ("launch_script", "launch_credentials", None),
     "launch_check": ("launch_script", "launch_check", "LaunchScriptError"),
     "server_interpreters": ("launch_script", "server_interpreters", "LaunchScriptError"),

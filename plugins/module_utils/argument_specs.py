@@ -85,6 +85,15 @@ def servers_option(identity=tuple(SERVER_IDENTITY), required=False, **own):
     return {"servers": option}
 
 
+# A launch script to write ({name, path, content}): gpuops.sglang.server's and launch_scripts' ``scripts``. The
+# script holds the API key (shell-quoted, which the secrets masking would not match).
+SCRIPT_OPTIONS = {
+    "name": {"type": "str", "required": True},
+    "path": {"type": "path", "required": True},
+    "content": {"type": "str", "required": True, "no_log": True},
+}
+
+
 # Each module's own options and ranges, where more than its module reads them: the action plugins validate the
 # options on the controller, and plugin_utils/role_options takes the ranges for the role variables passed to
 # them - from here, without importing the module's host-side logic.
@@ -94,6 +103,22 @@ LOCK_RANGES = {
     "lease_timeout": option_ranges.seconds(60, 86400),
     "progress_interval": option_ranges.PROGRESS_INTERVAL,
 }
+# gpuops.sglang.host_lock's converge (module_utils/converge.py): what the role's server and wait calls would get
+# beyond the options the three modules share (state_dir, gpu, http, health, router, progress_interval).
+CONVERGE = {"converge": {"type": "dict", "options": {
+    "servers": {"type": "list", "elements": "dict", "required": True},
+    "candidates": {"type": "list", "elements": "dict", "required": True, "options": {
+        "sglang": {"type": "list", "elements": "dict", "required": True},
+        "scripts": {"type": "list", "elements": "dict", "required": True, "options": SCRIPT_OPTIONS},
+    }},
+    "required_paths": {"type": "list", "elements": "path", "default": []},
+    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+    "launcher": {"type": "str", "default": "detached"},
+    "systemd": {"type": "dict", "default": {}},
+    "timeout": {"type": "float", "default": 1800},
+    "stall_timeout": {"type": "float", "default": 600},
+    "kill_stalled": {"type": "bool", "default": False},
+}}}
 # gpuops.sglang.server
 SERVER_RANGES = dict(
     GPU_RANGES,

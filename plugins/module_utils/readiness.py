@@ -61,6 +61,17 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.words import counted
 
 POLL_SECONDS = 0.2
 HEALTH_INTERVAL_SECONDS = 1.0
+# Set by every health probe that ends: the wait looks again at once instead of at the end of its POLL_SECONDS nap (a
+# healthy host is decided as soon as its answers are in, not a nap or two later).
+_PROBE_ENDED = threading.Event()
+
+
+def _nap():
+    """Until a health probe ends, POLL_SECONDS at most."""
+    _PROBE_ENDED.wait(POLL_SECONDS)
+    _PROBE_ENDED.clear()
+
+
 # SGLang 0.5.23's cheap readiness check (no generation, no key needed); older versions and the placeholder health
 # server of a multi-node rank answer 404.
 READY_PATH = "/ready"
@@ -104,6 +115,12 @@ class HealthProbe:
         return answer
 
     def _probe(self):
+        try:
+            self._ask()
+        finally:
+            _PROBE_ENDED.set()
+
+    def _ask(self):
         if self.has_ready is not False:
             status, _body, error = http_get(self._base_url + READY_PATH, self._timeout, self._api_key)
             if status == 404:
@@ -341,7 +358,7 @@ def wait_slice(params, carry=None, check_mode=False):
             break
         if now >= slice_end and all(tracker.settled for tracker in pending):
             break
-        time.sleep(POLL_SECONDS)
+        _nap()
 
     reports = [tracker.result or tracker.report() for tracker in trackers]
     outcome = {}
@@ -390,7 +407,7 @@ def _confirm_ready(trackers, until):
     for tracker in trackers:
         tracker.start_probe(now)
     while any(tracker.probe.busy for tracker in trackers) and time.time() < until:
-        time.sleep(POLL_SECONDS)
+        _nap()
     unanswered = [tracker for tracker in trackers if tracker.probe.busy]
     for tracker in trackers:
         if tracker not in unanswered:

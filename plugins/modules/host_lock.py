@@ -22,6 +22,9 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpuops.sglang.common.state_dir
   - gpuops.sglang.common.gpu
+  - gpuops.sglang.common.http
+  - gpuops.sglang.common.health
+  - gpuops.sglang.common.router
 attributes:
   platform:
     platforms: posix
@@ -83,6 +86,84 @@ options:
         wherever they appear in the result).
     type: dict
     default: {}
+  converge:
+    description:
+      - A relaunch that may find nothing to change (gpuops.sglang.relaunch sets it for a plain relaunch of every
+        server of a host), decided in this one call. Once the host is held, the scripts of the candidate rendered for
+        the SGLang the host has are planned as M(gpuops.sglang.server) would plan them with O(gpuops.sglang.server#module:state=started),
+        read only; when every server is to stay as it runs, no script or unit file would be written and no interrupted
+        run is left to report, the servers are waited for as M(gpuops.sglang.wait) would wait for them - its
+        verdicts, last good copies, router and run journal - and the host is given back (RV(converged)).
+      - Otherwise nothing is touched and RV(converge_needed) says why; the run goes on with its own calls.
+      - The options of both calls that this module shares with them (O(state_dir), the GPU, HTTP, health and router
+        options, O(progress_interval)) are this module's own.
+    type: dict
+    suboptions:
+      servers:
+        description: The servers, as M(gpuops.sglang.server) takes them (C(name), C(port), C(gpus), C(launch_script), C(log_path)).
+        type: list
+        elements: dict
+        required: true
+      candidates:
+        description: The host's scripts for each SGLang it may have (the filter C(gpuops.sglang.launch_script_candidates)).
+        type: list
+        elements: dict
+        required: true
+        suboptions:
+          sglang:
+            description: C({interpreter, version}) for each interpreter, as RV(sglang) would report them; a candidate is
+              used only when every pair is exactly what the host reports.
+            type: list
+            elements: dict
+            required: true
+          scripts:
+            description: C({name, path, content}) per server, as M(gpuops.sglang.server) takes them.
+            type: list
+            elements: dict
+            required: true
+            suboptions:
+              name:
+                description: The server.
+                type: str
+                required: true
+              path:
+                description: Where its launch script lives.
+                type: path
+                required: true
+              content:
+                description: The script.
+                type: str
+                required: true
+      required_paths:
+        description: As M(gpuops.sglang.server) takes them.
+        type: list
+        elements: path
+        default: []
+      secrets:
+        description: As M(gpuops.sglang.server) takes them.
+        type: list
+        elements: str
+        default: []
+      launcher:
+        description: As M(gpuops.sglang.server) takes it.
+        type: str
+        default: detached
+      systemd:
+        description: As M(gpuops.sglang.server) takes it.
+        type: dict
+        default: {}
+      timeout:
+        description: The wait's O(gpuops.sglang.wait#module:timeout).
+        type: float
+        default: 1800
+      stall_timeout:
+        description: The wait's O(gpuops.sglang.wait#module:stall_timeout).
+        type: float
+        default: 600
+      kill_stalled:
+        description: The wait's O(gpuops.sglang.wait#module:kill_stalled).
+        type: bool
+        default: false
   run:
     description: Internal, set by the action plugin - who this run is. Do not set it.
     type: dict
@@ -142,6 +223,17 @@ released:
   description: Whether this run still held the host and gave it back (false when another run had taken it over).
   returned: when released
   type: bool
+converged:
+  description:
+    - With O(converge), when the host already runs what the run asks - C(server), the result of
+      M(gpuops.sglang.server) (every server C(unchanged)); C(wait), the result of M(gpuops.sglang.wait) (with
+      C(released), the host given back); C(candidate), the index of the candidate the host runs.
+  returned: when acquired with O(converge) and nothing is to change
+  type: dict
+converge_needed:
+  description: With O(converge), why the run has something to do (a server to change, no candidate for the host's SGLang, ...).
+  returned: when acquired with O(converge) and something is to change
+  type: str
 """
 
 import time
@@ -158,6 +250,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     bounded_runner,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
+    secrets_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install import (
     installed_sglang_of,
@@ -176,6 +271,10 @@ def main():
         "progress_interval": {"type": "float", "default": 10},
         **argument_specs.STATE_DIR,
         **argument_specs.GPU,
+        **argument_specs.HTTP,
+        **argument_specs.HEALTH,
+        **argument_specs.ROUTER,
+        **argument_specs.CONVERGE,
         "report_gpus": {"type": "bool", "default": False},
         "sglang_interpreters": {"type": "list", "elements": "str", "default": []},
         "interpreter_env": {"type": "dict", "default": {}},
@@ -202,6 +301,12 @@ def main():
     run = params["run"] or {"run_id": params["run_id"]}
     if not run.get("run_id"):
         module.fail_json(msg="run_id is required (the gpuops.sglang.host_lock action plugin sets it)")
+    if params["converge"]:
+        module.no_log_values.update(secrets_of([script for candidate in params["converge"]["candidates"]
+                                                for script in candidate["scripts"]], params["converge"]["secrets"]))
+        if (params["_carry"] or {}).get("converge"):
+            _exit_converged(module, params["_carry"]["held"],
+                            _converge().follow(params, params["_carry"]["converge"], run["run_id"]))
     started = (params["_carry"] or {}).get("started") or time.time()
     slice_end = time.time() + params["progress_interval"]
     while True:
@@ -215,6 +320,11 @@ def main():
             if params["report_gpus"]:
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
             held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["interpreter_env"])
+            if params["converge"]:
+                answer = _converge().look(params, held["sglang"], run["run_id"])
+                if "needed" not in answer:
+                    _exit_converged(module, held, answer)
+                held["converge_needed"] = answer["needed"]
             module.exit_json(changed=False, **held)
         # The first answer comes at once (even with lock_timeout 0), so the action plugin can tell a dead holder
         # of this controller and take it over in the next slice.
@@ -228,6 +338,21 @@ def main():
             module.exit_json(changed=False, run_id=run["run_id"], holder=holder,
                              holder_text=run_lock.describe_holder(holder, now), carry={"started": started})
         time.sleep(_RETRY_SECONDS)
+
+
+def _converge():
+    # The server planner and the wait, imported only by a call that asks for them (the payload carries them always).
+    from ansible_collections.gpuops.sglang.plugins.module_utils import converge  # pylint: disable=import-outside-toplevel
+    return converge
+
+
+def _exit_converged(module, held, answer):
+    """The hold with the server and wait calls' answers (``converged``); with ``carry`` while the wait goes on."""
+    carry = answer.pop("carry", None)
+    result = dict(held, changed=False, converged=answer)
+    if carry is not None:
+        result["carry"] = {"converge": carry, "held": held}
+    module.exit_json(**result)
 
 
 def _gpus(params):

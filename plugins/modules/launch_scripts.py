@@ -138,12 +138,7 @@ def _octal(module, name):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "scripts": {"type": "list", "elements": "dict", "required": True, "options": {
-                "name": {"type": "str", "required": True},
-                "path": {"type": "path", "required": True},
-                # The script holds the API key (shell-quoted, which the secrets masking would not match).
-                "content": {"type": "str", "required": True, "no_log": True},
-            }},
+            "scripts": {"type": "list", "elements": "dict", "required": True, "options": argument_specs.SCRIPT_OPTIONS},
             "mode": {"type": "raw", "default": "0700"},
             "directory_mode": {"type": "raw", "default": "0755"},
             "required_paths": {"type": "list", "elements": "path", "default": []},

@@ -521,67 +521,20 @@ problems:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils import (
-    argument_specs,
-    host_job,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils import host_job
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
     ServerControl,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
-    IGNORED_GPU_HOLDERS,
-    STATES,
+    SERVER_ARGUMENT_SPEC,
     ServerControlError,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.launchers import (
-    LAUNCHERS,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.safe_files import (
-    LOG_GENERATIONS,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
     secrets_of,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 
-ARGUMENT_SPEC = {
-    **argument_specs.STATE_DIR,
-    **argument_specs.GPU,
-    **argument_specs.servers_option(
-        required=True,
-        gpus={"type": "list", "elements": "int"},
-        launch_script={"type": "path"},
-        pid_file={"type": "path"},
-        extra_ports={"type": "list", "elements": "int"},
-    ),
-    "state": {"type": "str", "choices": list(STATES), "default": "started"},
-    "rollback": {"type": "bool", "default": False},
-    "max_changes": {"type": "int"},
-    "max_changes_scope": {"type": "str", "choices": ["all", "unseen"], "default": "all"},
-    "batch_size": {"type": "int"},
-    "scripts": {"type": "list", "elements": "dict", "default": [], "options": {
-        "name": {"type": "str", "required": True},
-        "path": {"type": "path", "required": True},
-        "content": {"type": "str", "required": True, "no_log": True},
-    }},
-    "required_paths": {"type": "list", "elements": "path", "default": []},
-    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
-    "run_id": {"type": "str"},
-    "stop_timeout": {"type": "float", "default": 30},
-    "drain_timeout": {"type": "float", "default": 60},
-    "gpu_free_timeout": {"type": "float", "default": 60},
-    "gpu_free_threshold_mib": {"type": "int", "default": 1024},
-    "force_kill_gpu_holders": {"type": "bool", "default": False},
-    "ignore_gpu_holders": {"type": "list", "elements": "str", "default": list(IGNORED_GPU_HOLDERS)},
-    "lock_timeout": {"type": "float", "default": 300},
-    "log_generations": {"type": "int", "default": LOG_GENERATIONS},
-    "progress_interval": {"type": "float", "default": 10},
-    "launcher": {"type": "str", "choices": list(LAUNCHERS), "default": "detached"},
-    **argument_specs.HTTP,
-    **argument_specs.ROUTER,
-    **argument_specs.SYSTEMD,
-    **argument_specs.JOURNAL,
-}
+ARGUMENT_SPEC = SERVER_ARGUMENT_SPEC
 
 
 def main():

@@ -465,6 +465,25 @@ def launch_scripts(servers, settings, managed="Ansible managed"):
              "content": launch_script(server, settings, managed)} for server in servers]
 
 
+def launch_script_candidates(servers, settings, managed="Ansible managed"):
+    """The launch scripts of ``servers`` for each SGLang the host may have, rendered before the host is read, so that
+    its hold can tell a relaunch with nothing to change in one call (module_utils/converge.py): for sglang_version when
+    it is set, else for every version with a flag table. ``[{"sglang": [{interpreter, version}], "scripts",
+    "notes"}]``: the scripts as the run would render them had the hold read that version; none for a version whose
+    launch would be refused (the run's own render says why)."""
+    interpreters = server_interpreters(servers, settings)
+    versions = [settings["version"]] if settings.get("version") else flag_check.known_versions()
+    candidates = []
+    for version in versions:
+        assumed = dict(settings, installed_sglang=[{"interpreter": interpreter, "version": str(version)}
+                                                   for interpreter in interpreters])
+        check = launch_check(servers, assumed)
+        if not check["problems"]:
+            candidates.append({"sglang": assumed["installed_sglang"], "notes": check["notes"],
+                               "scripts": launch_scripts(servers, assumed, managed)})
+    return candidates
+
+
 def launch_credentials(servers, settings=None):
     """The credentials that launch scripts of ``servers`` (sglang_servers, the topology's output) and ``settings``
     (launch settings, sglang_groups) hold: the API key and the values of credential-like environment variables and

@@ -16,8 +16,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.pipelining import (
 
 display = Display()
 # The tasks that print progress lines about their servers while they run, for minutes: the stdout callback shows
-# their banner first. (host_lock's one line, when another run holds the host, says what it waits for.)
-PROGRESS_ACTIONS = frozenset(f"gpuops.sglang.{name}" for name in ("server", "wait", "probe"))
+# their banner first (host_lock's: who holds the host, or - a relaunch with nothing to change - the wait's lines).
+PROGRESS_ACTIONS = frozenset(f"gpuops.sglang.{name}" for name in ("host_lock", "server", "wait", "probe"))
 
 
 class SlicedAction(PipelinedAction):

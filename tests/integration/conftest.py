@@ -403,6 +403,12 @@ class PlaybookResult:
         """Host results of the tasks whose name contains ``name_part``."""
         return [result for name, result, _duration in self.tasks() if name_part in name]
 
+    def waits(self):
+        """The results of the run's waits: its wait tasks', or - a relaunch with nothing to change, one call - the
+        hold's (the wait it ran in that call)."""
+        return [result for result in self.task("Wait until the launched servers are ready") if "servers" in result] or [
+            result["converged"]["wait"] for result in self.task("Hold the host") if result.get("converged")]
+
     def module_calls(self):
         """Actions of the tasks that ran a module on the host (skipped tasks excluded)."""
         return [result["action"] for _name, result, _duration in self.tasks()

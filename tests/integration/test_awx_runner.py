@@ -273,8 +273,12 @@ def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait
     assert patient.status == "successful", patient.tail()
     waiting = [event["stdout"] for event in patient.events if "waiting for the host" in event.get("stdout", "")]
     assert waiting and "AWX job 5001" in waiting[0], patient.tail()
-    server_results = patient.results("runner_on_ok", "gpuops.sglang.server")
-    assert server_results and not any(event["event_data"]["res"].get("changed") for event in server_results)
+    # Nothing to change: the hold planned every server as the server call would, unchanged, in its one call.
+    [planned] = [event["event_data"]["res"]["converged"]["server"]
+                 for event in patient.results("runner_on_ok", "gpuops.sglang.host_lock")
+                 if event["event_data"]["res"].get("converged")]
+    assert not planned["changed"] and {server["action"] for server in planned["servers"]} == {"unchanged"}
+    assert not patient.results("runner_on_ok", "gpuops.sglang.server")
     assert {name: _state(sim_host, name)["pid"] for name in launched} == pids
     # One launch per server in all three jobs: a second launch would have rotated the first log away.
     assert not any((sim_host.log_dir / f"{name}.log.1").exists() for name in launched)

@@ -214,7 +214,7 @@ def test_a_wrong_health_path_is_said_at_once_and_kills_or_rolls_back_nothing(sim
     pids = {name: read_state({"state_dir": str(sim_host.dir / "state")}, name)["pid"] for name in ("gpu0", "gpu1")}
     wrong = sim_host.run("relaunch", dict(fleet, relaunch_health_path="/health_generat", relaunch_stall_timeout=1))
     assert wrong.rc != 0
-    messages = [result["msg"] for result in wrong.task("Wait until the launched servers are ready")[0]["servers"]]
+    messages = [result["msg"] for result in wrong.waits()[0]["servers"]]
     assert messages == [f"{name} answers HTTP 404 on its health path /health_generat: no such endpoint, so it can "
                         "never be seen ready; set the health path (relaunch_health_path) to one SGLang serves, e.g. "
                         "/health_generate or /health. The server was not killed." for name in ("gpu0", "gpu1")]

@@ -46,7 +46,15 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
 
     second = sim_host.run("relaunch")
     assert second.rc == 0 and second.stats["changed"] == 0
-    assert set(server_actions(second).values()) == {"unchanged"}
+    # Nothing to change: the hold planned the servers as the server call would, waited for them as the wait would
+    # and gave the host back - one module call (one pct exec through proxmox_pct_remote).
+    assert second.module_calls() == ["gpuops.sglang.host_lock"]
+    [hold] = [task for task in second.task("Hold the host") if task.get("action") == "gpuops.sglang.host_lock"]
+    assert {server["action"] for server in hold["converged"]["server"]["servers"]} == {"unchanged"}
+    assert hold["converged"]["wait"]["ready"] == [f"gpu{index}" for index in range(8)]
+    assert hold["converged"]["wait"]["released"] is True
+    assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
+    assert summary(second)[3].split()[:4] == ["gpu0", "0", str(sim_host.port(0)), "unchanged"]
 
     # What the operator reads of a no-op (the repository's callback settings): what the run says, the long steps'
     # banners - not every task (157 lines before, every ok, skipped and included task).
@@ -56,8 +64,9 @@ def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
     assert len(shown) <= 40, quiet.stdout
     assert not [line for line in shown if line.startswith(("skipping:", "included:", "ok: [simhost]"))
                 and not line.startswith("ok: [simhost] =>")], quiet.stdout
-    assert any(line.startswith("TASK [gpuops.sglang.relaunch : Wait until the launched servers are ready]")
+    assert any(line.startswith("TASK [gpuops.sglang.relaunch : Hold the host for this run]")
                for line in shown), "a long step's banner comes before its progress lines"
+    assert "simhost: 8/8 ready" in shown
     assert "    - 8/8 serving" in shown
     verbose = sim_host.run("relaunch", json_output=False, args=("-v",))
     assert "skipping: [simhost]" in verbose.stdout and "included: " in verbose.stdout, "-v shows every task"

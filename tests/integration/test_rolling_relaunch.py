@@ -276,6 +276,6 @@ def test_without_a_drain_a_server_still_leaves_the_router_before_its_sigterm_and
     again = sim_host.run("relaunch", dict(SETTINGS, relaunch_state="started", sglang_router_url=router.url,
                                           relaunch_batch_size=8))
     assert again.rc == 0, again
-    [wait] = again.task("Wait until the launched servers are ready")
+    [wait] = again.waits()
     assert [server["name"] for server in wait["servers"] if server["router"]["left_out"]] == ["gpu3", "gpu5"]
     assert listed() == [name for name in url if name not in ("gpu3", "gpu5")]

@@ -15,7 +15,7 @@ MODULE_UTILS = REPO / "plugins" / "module_utils"
 PACKAGE = "ansible_collections.gpuops.sglang.plugins.module_utils"
 # The kill path: the job and sequence that stop and launch servers, their steps, and the launchers that signal them.
 KILL_PATH = {"_lifecycle.job", "_lifecycle.sequence", "_lifecycle.steps", "launchers"}
-LOOKING_ONLY = ("gpu_info", "host_lock", "journal", "launch_scripts")
+LOOKING_ONLY = ("gpu_info", "journal", "launch_scripts")
 
 
 def _source(name):
@@ -53,3 +53,9 @@ def test_a_module_that_only_looks_carries_no_kill_path(module):
 def test_the_server_module_does_carry_it():
     """The check above can see the kill path at all."""
     assert payload("server") >= KILL_PATH
+
+
+def test_the_hold_carries_the_planner_for_a_relaunch_with_nothing_to_change():
+    """host_lock's converge plans the servers as the server module does (read only, its check mode) and waits for
+    them: one call instead of three for a relaunch with nothing to change costs it the server module's code."""
+    assert payload("host_lock") >= KILL_PATH | {"converge", "readiness"}

@@ -9,6 +9,7 @@ import re
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,
     draining,
+    launchers,
     naming,
     option_ranges,
     safe_files,
@@ -17,6 +18,42 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
 STATES = ("started", "restarted", "stopped")
 # Foreign processes that keep GPU device nodes open on bare-metal hosts without using memory.
 IGNORED_GPU_HOLDERS = (r"^(/\S+/)?nvidia-persistenced\b", r"^(/\S+/)?nv-hostengine\b", r"dcgm-exporter")
+
+# The server module's options (also read by converge.py, which plans a relaunch with them in the hold's call).
+SERVER_ARGUMENT_SPEC = {
+    **argument_specs.STATE_DIR,
+    **argument_specs.GPU,
+    **argument_specs.servers_option(
+        required=True,
+        gpus={"type": "list", "elements": "int"},
+        launch_script={"type": "path"},
+        pid_file={"type": "path"},
+        extra_ports={"type": "list", "elements": "int"},
+    ),
+    "state": {"type": "str", "choices": list(STATES), "default": "started"},
+    "rollback": {"type": "bool", "default": False},
+    "max_changes": {"type": "int"},
+    "max_changes_scope": {"type": "str", "choices": ["all", "unseen"], "default": "all"},
+    "batch_size": {"type": "int"},
+    "scripts": {"type": "list", "elements": "dict", "default": [], "options": argument_specs.SCRIPT_OPTIONS},
+    "required_paths": {"type": "list", "elements": "path", "default": []},
+    "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
+    "run_id": {"type": "str"},
+    "stop_timeout": {"type": "float", "default": 30},
+    "drain_timeout": {"type": "float", "default": 60},
+    "gpu_free_timeout": {"type": "float", "default": 60},
+    "gpu_free_threshold_mib": {"type": "int", "default": 1024},
+    "force_kill_gpu_holders": {"type": "bool", "default": False},
+    "ignore_gpu_holders": {"type": "list", "elements": "str", "default": list(IGNORED_GPU_HOLDERS)},
+    "lock_timeout": {"type": "float", "default": 300},
+    "log_generations": {"type": "int", "default": safe_files.LOG_GENERATIONS},
+    "progress_interval": {"type": "float", "default": 10},
+    "launcher": {"type": "str", "choices": list(launchers.LAUNCHERS), "default": "detached"},
+    **argument_specs.HTTP,
+    **argument_specs.ROUTER,
+    **argument_specs.SYSTEMD,
+    **argument_specs.JOURNAL,
+}
 
 
 class ServerControlError(Exception):

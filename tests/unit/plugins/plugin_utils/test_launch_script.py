@@ -12,6 +12,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings impo
     script_credentials,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import REDACTED
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import flag_check
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import (
     HOST_SETTINGS,
     SERVER_SETTINGS,
@@ -24,6 +25,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.launch_script import
     launch_credentials,
     launch_env,
     launch_script,
+    launch_script_candidates,
+    launch_scripts,
     local_model_paths,
     parse_version,
 )
@@ -301,3 +304,29 @@ def test_the_version_reader_gets_only_the_variables_that_choose_the_python_never
     assert interpreter_env(env) == {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/opt/site",
                                     "VIRTUAL_ENV": "/opt/venv"}
     assert interpreter_env(None) == {}
+
+
+SCRIPTED = dict(SERVER, launch_script="/opt/gpuops-sglang/bin/gpu3.sh")
+
+
+def test_candidates_are_the_scripts_the_run_renders_for_each_version_with_a_flag_table():
+    settings = dict(SETTINGS, mamba_scheduler_strategy="extra_buffer")
+    candidates = launch_script_candidates([SCRIPTED], settings, "managed")
+    assert [candidate["sglang"] for candidate in candidates] == [
+        [{"interpreter": "python3", "version": version}] for version in flag_check.known_versions()]
+    for candidate in candidates:
+        # Exactly what the render after the hold writes when the hold reads that version.
+        assert candidate["scripts"] == launch_scripts([SCRIPTED], dict(settings, installed_sglang=candidate["sglang"]),
+                                                      "managed")
+    flags = {candidate["sglang"][0]["version"]: "--mamba-radix-cache-strategy" in candidate["scripts"][0]["content"]
+             for candidate in candidates}
+    assert flags["0.5.23"] and not flags["0.5.10"], "each rendered for its own version's flag names"
+
+
+def test_a_version_that_would_refuse_a_flag_has_no_candidate_and_sglang_version_narrows_them_to_one():
+    # --cuda-graph-max-bs-decode exists from 0.5.23 on: the older versions' parsers refuse it.
+    settings = dict(SETTINGS, extra_args={"cuda_graph_max_bs_decode": 64})
+    assert [candidate["sglang"][0]["version"] for candidate in launch_script_candidates([SCRIPTED], settings)] == [
+        version for version in flag_check.known_versions() if parse_version(version) >= (0, 5, 23)]
+    pinned = launch_script_candidates([SCRIPTED], dict(SETTINGS, version="0.5.10"))
+    assert [candidate["sglang"] for candidate in pinned] == [[{"interpreter": "python3", "version": "0.5.10"}]]

@@ -1,0 +1,122 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A relaunch with nothing to do, decided and answered in the hold's one call (gpuops.sglang.host_lock ``converge``).
+
+The controller renders the host's scripts for each SGLang version the host may have (launch_script.py
+``launch_script_candidates``). Once the host is held, the scripts for the SGLang it has are planned as
+gpuops.sglang.server would plan them, read only (its check mode); when every server is to stay as it runs, no script
+or unit file would be written and no interrupted run is left to report, the servers are looked at as gpuops.sglang.wait
+would look at them - for real: its verdicts, last good copies, router and journal - and the answers of both calls are
+the hold's. Anything else (a server to change, a host with an SGLang no candidate was rendered for, a request either
+call would refuse) is left to the role's own server and wait calls, which say why.
+"""
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+    host_job,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
+    ServerControl,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request import (
+    SERVER_ARGUMENT_SPEC,
+    ServerControlError,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readiness import (
+    wait_slice,
+)
+
+# The servers' keys the wait is given (as the role passes them from the server call's results).
+_WAIT_SERVER_KEYS = ("name", "port", "log_path", "pid", "action")
+
+
+def chosen_candidate(candidates, installed):
+    """The candidate rendered for the SGLang the host has (``installed``: host_lock's ``sglang``, one entry per
+    interpreter), or None. Versions match as the text the host reported: a render is only reused for exactly that."""
+    have = {(entry.get("interpreter"), entry.get("version")) for entry in installed
+            if entry.get("version") and not entry.get("problem")}
+    for candidate in candidates:
+        if candidate["sglang"] and {(entry.get("interpreter"), entry.get("version"))
+                                    for entry in candidate["sglang"]} <= have:
+            return candidate
+    return None
+
+
+def _validated(spec, values):
+    """``values`` with the defaults and types of ``spec``; raises ValueError naming what is wrong."""
+    validation = ArgumentSpecValidator(spec).validate(values)
+    if validation.error_messages:
+        raise ValueError("; ".join(validation.error_messages))
+    return validation.validated_parameters
+
+
+def _shared(params, spec):
+    """The host_lock options the module of ``spec`` takes too (the module_defaults groups they share)."""
+    return {key: params[key] for key in spec if key in params and params[key] is not None}
+
+
+def wait_params(params, servers, run_id):
+    converge = params["converge"]
+    return _validated(argument_specs.WAIT_ARGUMENT_SPEC, dict(
+        _shared(params, argument_specs.WAIT_ARGUMENT_SPEC), servers=servers, run_id=run_id, release_run=True,
+        timeout=converge["timeout"], stall_timeout=converge["stall_timeout"], kill_stalled=converge["kill_stalled"]))
+
+
+def settled(planned):
+    """Why the server call would do something (or None): a server to launch, stop or change, a script or unit file to
+    write, a removed server to stop, a process to kill."""
+    busy = [server["name"] for server in planned["servers"] if server["action"] != "unchanged" or server["error"]]
+    if busy:
+        return "to change: " + ", ".join(busy)
+    written = [name for name, script in (planned.get("scripts") or {}).items() if script.get("changed")]
+    if written or planned.get("script_diffs"):
+        return "files to write: " + ", ".join(written or ["systemd units"])
+    if planned.get("removed") or planned.get("stale_killed") or planned.get("foreign_killed"):
+        return "servers no longer requested, or processes in the way"
+    return None
+
+
+def look(params, installed, run_id):
+    """``{"server": ..., "wait": ...}`` (the answers of both calls) for a host that already runs what the run asks,
+    with ``carry`` while the wait goes on (``follow``); else ``{"needed": why}`` and nothing was touched."""
+    converge = params["converge"]
+    candidate = chosen_candidate(converge["candidates"], installed)
+    if candidate is None:
+        return {"needed": "no script was rendered for the SGLang this host has"}
+    server_params = dict(_shared(params, SERVER_ARGUMENT_SPEC), servers=converge["servers"],
+                         scripts=candidate["scripts"], required_paths=converge["required_paths"],
+                         secrets=converge["secrets"], launcher=converge["launcher"], systemd=converge["systemd"],
+                         state="started", run_id=run_id)
+    try:
+        planned = ServerControl(_validated(SERVER_ARGUMENT_SPEC, server_params), check_mode=True).apply(0)
+    except (ServerControlError, ValueError) as exc:
+        return {"needed": str(exc)}
+    why = settled(planned) or ("an interrupted run to report" if host_job.unreported(params["state_dir"]) else None)
+    if why:
+        return {"needed": why}
+    servers = [{key: server[key] for key in _WAIT_SERVER_KEYS} for server in planned["servers"]]
+    try:
+        waited = wait_slice(wait_params(params, servers, run_id))
+    except ValueError as exc:
+        return {"needed": str(exc)}
+    for key in ("diff", "script_diffs"):
+        planned.pop(key, None)
+    return _answer(planned, waited, servers, converge["candidates"].index(candidate))
+
+
+def follow(params, carry, run_id):
+    """The next slice of the wait ``look`` began."""
+    waited = wait_slice(wait_params(params, carry["servers"], run_id), carry=carry["wait"])
+    return _answer(carry["server"], waited, carry["servers"], carry["candidate"])
+
+
+def _answer(planned, waited, servers, candidate):
+    """``candidate``: the index of the scripts the host runs, among the request's candidates."""
+    # A server that is not ready fails the wait's task only through the role (after the summary), as in its own call.
+    waited.pop("failed", None)
+    carry = waited.pop("carry", None)
+    answer = {"server": planned, "wait": waited, "candidate": candidate}
+    if carry is not None:
+        answer["carry"] = {"wait": carry, "servers": servers, "server": planned, "candidate": candidate}
+    return answer
