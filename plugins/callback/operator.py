@@ -39,6 +39,7 @@ requirements:
 """
 
 import atexit
+import importlib
 
 from ansible import constants as C
 from ansible import context
@@ -54,6 +55,12 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
     PROGRESS_ACTIONS,
 )
+
+# The controller code behind the collection's filters, imported once here, in ansible-playbook itself: every task runs
+# in a fork of it and inherits them, where each task's worker imported them again before (0.3-0.4 s of a no-op's
+# controller CPU; docs/performance.md). Other stdout callbacks (AWX's) just don't save it.
+for _module in ("role_options", "topology", "launch_script", "report", "groups"):
+    importlib.import_module("ansible_collections.gpuops.sglang.plugins.plugin_utils." + _module)
 
 # Off at verbosity 0, for a short run; -v shows every task.
 _QUIET_OPTIONS = ("display_ok_hosts", "display_skipped_hosts", "display_included_hosts")
