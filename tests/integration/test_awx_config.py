@@ -372,7 +372,7 @@ def test_awx_configure_defines_the_templates_the_issue_asks_for(awx_collection):
     # Job templates: the four playbooks, limit on launch, no simultaneous runs, a timeout above the waits.
     template_task = modules["job_template"][0]["awx.awx.job_template"]
     assert template_task["ask_limit_on_launch"] is True and template_task["allow_simultaneous"] is False
-    assert template_task["job_slice_count"] == 1
+    assert template_task["job_slice_count"] == "{{ awx_job_slice_count | int }}" and awx_vars["awx_job_slice_count"] == 1
     templates = {template["name"]: template for template in awx_vars["awx_job_templates"]}
     assert {template["playbook"] for template in templates.values()} == {
         "playbooks/relaunch.yml", "playbooks/status.yml", "playbooks/stop.yml", "playbooks/deploy.yml"}

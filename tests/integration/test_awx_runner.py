@@ -7,6 +7,7 @@ marked !unsafe as AWX writes launch-time variables, env/settings with idle_timeo
 inventory/, project/) and run it unchanged; a canceled job is killed as AWX kills it (ansible-runner's cancel).
 """
 
+import copy
 import json
 import os
 import threading
@@ -14,7 +15,8 @@ import threading
 import ansible_runner
 import yaml
 
-from .conftest import BIN_DIR, REPO_ROOT
+from .conftest import BIN_DIR, REPO_ROOT, FakeGpuHost, SimHost
+from .test_multinode import TwoNodes
 
 API_KEY = "sk-awx-Zq8Wm3Vt7Rb2Lp9X"
 SURVEY_DIR = os.path.join(REPO_ROOT, "meta", "awx", "surveys")
@@ -96,15 +98,16 @@ class AwxJob:
     """One AWX-style job: a private data dir as AWX writes it, run by ansible-runner in a thread."""
 
     def __init__(self, sim_host, tmp_path, job_id, playbook, answers, idle_timeout=60, job_timeout=300,
-                 host_vars=None):
+                 host_vars=None, inventory=None):
         self.job_id = job_id
         self.dir = tmp_path / f"awx-job-{job_id}"
         (self.dir / "env").mkdir(parents=True)
         (self.dir / "inventory").mkdir()
         # AWX syncs the project into project/; the checkout itself stands in for it.
         os.symlink(REPO_ROOT, self.dir / "project")
-        # The inventory, where settings no survey asks for live (host_vars: more of them).
-        inventory = yaml.safe_load(sim_host.inventory.read_text())
+        # The inventory, where settings no survey asks for live (host_vars: more of them); ``inventory``: another one
+        # (a slice's).
+        inventory = inventory or yaml.safe_load(sim_host.inventory.read_text())
         inventory["all"]["children"]["sglang_hosts"]["hosts"][sim_host.name].update(host_vars or {})
         (self.dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
         # Survey answers, the credential's injected extra var and AWX's own job variables, as AWX writes them.
@@ -152,6 +155,11 @@ class AwxJob:
 
     def tail(self, count=40):
         return "\n".join(event.get("stdout", "") for event in self.events[-count:])
+
+    def hosts_acted_on(self):
+        """The hosts a module ran on in this job."""
+        return sorted({event["event_data"]["host"] for event in self.results("runner_on_ok")
+                       if event["event_data"].get("task_action", "").startswith("gpuops.sglang.")})
 
     def results(self, event_type, action=None):
         return [event for event in self.events if event["event"] == event_type
@@ -355,3 +363,62 @@ def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_o
                    for event in taking_over.results("runner_on_ok", "gpuops.sglang.server"))
     assert {name: _state(sim_host, name)["pid"] for name in pids} == pids
     assert not lease_path.exists(), "given back at the end"
+
+
+def awx_slices(hosts, count):
+    """The hosts of each job of a template with job_slice_count ``count``: AWX deals an inventory's hosts out round
+    robin, in name order (its inventory ``?subset=slice<k>of<count>``)."""
+    ordered = sorted(hosts)
+    return [ordered[index::count] for index in range(count)]
+
+
+def sliced_inventory(inventory, hosts):
+    """The inventory a slice's job gets: only its hosts; every group and variable as they were."""
+    sliced = copy.deepcopy(inventory)
+    members = sliced["all"]["children"]["sglang_hosts"]["hosts"]
+    for name in set(members) - set(hosts):
+        del members[name]
+    return sliced
+
+
+def test_a_sliced_template_relaunches_disjoint_hosts_and_each_job_holds_only_its_own(tmp_path, test_token, model_dir):
+    hosts = {name: SimHost(tmp_path, FakeGpuHost(tmp_path / f"gpu-{name}", test_token, count=2), test_token,
+                           model_dir, name=name) for name in ("gpu-a", "gpu-b", "gpu-c")}
+    inventory = {"all": {"children": {"sglang_hosts": {"hosts": {
+        name: host.host_vars for name, host in hosts.items()}}}}}
+    slices = awx_slices(hosts, 2)
+    assert slices == [["gpu-a", "gpu-c"], ["gpu-b"]]
+    # The slices of one launch run at once, each its own job (its own ansible-playbook, inventory and AWX job id).
+    jobs = [AwxJob(hosts[names[0]], tmp_path, 6001 + index, "playbooks/relaunch.yml",
+                   survey_answers("relaunch.json", sglang_gpu_count=2), inventory=sliced_inventory(inventory, names))
+            for index, names in enumerate(slices)]
+    for job in [job.start() for job in jobs]:
+        job.join()
+    for job, names in zip(jobs, slices):
+        assert job.status == "successful", job.tail()
+        assert job.hosts_acted_on() == names, "a job touches only the hosts of its slice"
+        for name in names:
+            # Its servers came up, under this job's hold: the run journal names the AWX job that held the host.
+            lines = [json.loads(line) for line in (hosts[name].dir / "state" / "journal.jsonl").read_text().splitlines()]
+            assert {(line["job"], line["by"].get("awx_job_id")) for line in lines} == {("relaunch", str(job.job_id))}, lines
+            assert {server["outcome"] for server in lines[-1]["servers"].values()} == {"ready"}
+            assert not (hosts[name].dir / "state" / "run.json").exists(), "each job gave its hosts back"
+
+
+def test_a_slice_that_would_split_a_multi_node_group_refuses_naming_the_group(tmp_path, test_token, model_dir):
+    two_nodes = TwoNodes(tmp_path, test_token, model_dir)
+    inventory = yaml.safe_load(two_nodes.hosts["node0"].inventory.read_text())
+    slices = awx_slices(two_nodes.hosts, 2)
+    jobs = [AwxJob(two_nodes.hosts[names[0]], tmp_path, 6101 + index, "playbooks/relaunch.yml",
+                   survey_answers("relaunch.json"), inventory=sliced_inventory(inventory, names))
+            for index, names in enumerate(slices)]
+    for job in [job.start() for job in jobs]:
+        job.join()
+    for job, names in zip(jobs, slices):
+        assert job.status == "failed", job.tail()
+        failures = "\n".join(json.dumps(event["event_data"]["res"].get("msg"))
+                             for event in job.results("runner_on_failed"))
+        [other] = set(two_nodes.hosts) - set(names)
+        assert f"group 'tp8': node '{other}'" in failures and "is not in this play" in failures, failures
+        assert job.hosts_acted_on() == [], "refused before any host was touched"
+    assert two_nodes.state("node0") is None and two_nodes.state("node1") is None
