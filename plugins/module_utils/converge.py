@@ -77,11 +77,12 @@ def settled(planned):
     return None
 
 
-def look(params, installed, run_id):
+def look(params, held, run_id):
     """``{"server": ..., "wait": ...}`` (the answers of both calls) for a host that already runs what the run asks,
-    with ``carry`` while the wait goes on (``follow``); else ``{"needed": why}`` and nothing was touched."""
+    with ``carry`` while the wait goes on (``follow``); else ``{"needed": why}`` and nothing was touched. ``held``: what
+    the hold read (``sglang``; ``gpus``, the plan's GPUs when there)."""
     converge = params["converge"]
-    candidate = chosen_candidate(converge["candidates"], installed)
+    candidate = chosen_candidate(converge["candidates"], held["sglang"])
     if candidate is None:
         return {"needed": "no script was rendered for the SGLang this host has"}
     server_params = dict(_shared(params, SERVER_ARGUMENT_SPEC), servers=converge["servers"],
@@ -89,7 +90,8 @@ def look(params, installed, run_id):
                          secrets=converge["secrets"], launcher=converge["launcher"], systemd=converge["systemd"],
                          state="started", run_id=run_id)
     try:
-        planned = ServerControl(_validated(SERVER_ARGUMENT_SPEC, server_params), check_mode=True).apply(0)
+        planned = ServerControl(_validated(SERVER_ARGUMENT_SPEC, server_params), check_mode=True,
+                                gpus=held.get("gpus")).apply(0)
     except (ServerControlError, ValueError) as exc:
         return {"needed": str(exc)}
     why = settled(planned) or ("an interrupted run to report" if host_job.unreported(params["state_dir"]) else None)

@@ -321,7 +321,7 @@ def main():
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
             held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["interpreter_env"])
             if params["converge"]:
-                answer = _converge().look(params, held["sglang"], run["run_id"])
+                answer = _converge().look(params, held, run["run_id"])
                 if "needed" not in answer:
                     _exit_converged(module, held, answer)
                 held["converge_needed"] = answer["needed"]

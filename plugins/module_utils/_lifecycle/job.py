@@ -87,9 +87,12 @@ Conflicts = collections.namedtuple("Conflicts", ["blockers", "problems", "remove
 class ServerControl:
     """Brings the servers of one host to ``state`` (see the gpuops.sglang.server module docs)."""
 
-    def __init__(self, params, check_mode=False):
+    def __init__(self, params, check_mode=False, gpus=None):
+        """``gpus``: the host's GPUs as nvidia-smi listed them a moment ago in the same call (the hold's), instead of
+        asking it again for the plan."""
         self.params = params
         self.check_mode = check_mode
+        self.listed_gpus = gpus
         self.state_dir = params["state_dir"]
         self.device_dir = params["gpu_device_dir"]
         self.owner = ServerProcesses(self.state_dir)
@@ -175,7 +178,7 @@ class ServerControl:
         problem = self.launcher.problem()
         if problem:
             raise ServerControlError(f"{problem}; nothing was touched")
-        present = {gpu["index"]: gpu for gpu in self._query_gpus()}
+        present = {gpu["index"]: gpu for gpu in self.listed_gpus or self._query_gpus()}
         self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
         plans = [self._plan(spec) for spec in self.params["servers"]]
         if not check_mode:
