@@ -90,10 +90,12 @@ molecule: venv rig-setup
 # rig with the scaling series; writes bench/results/latest.{md,json,png}, appends to bench/results.md. Then the
 # rolling relaunch behind the real sglang-router under load (bench/rolling.py: bench/results/rolling.{md,json}).
 # BENCH_ARGS adds options of `python -m bench --help` (e.g. --reps, --only to fit a time budget), ROLLING_ARGS
-# those of `python -m bench.rolling --help`.
+# those of `python -m bench.rolling --help`. Then the fleet series: one run over 1, 4, 16, 32 simulated hosts on this
+# machine (bench/fleet.py: bench/results/fleet.{md,json}; FLEET_ARGS: `python -m bench.fleet --help`).
 bench: venv rig-setup
 	$(BIN)/python -m bench --scaling 1,2,4,8 --history bench/results.md $(BENCH_ARGS)
 	$(BIN)/python -m bench.rolling $(ROLLING_ARGS)
+	$(BIN)/python -m bench.fleet $(FLEET_ARGS)
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path build/

@@ -37,3 +37,21 @@ def test_one_tiny_scenario_writes_table_json_and_plot(tmp_path):
     assert all(row.count("|") == header.count("|") for row in rows), table
 
     assert (out / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_fleet_series_runs_one_playbook_over_several_hosts_and_writes_its_table(tmp_path):
+    out = tmp_path / "results"
+    fleet = subprocess.run(
+        [sys.executable, "-m", "bench.fleet", "--hosts", "1,2", "--servers", "1", "--reps", "1", "--out", str(out),
+         "--workdir", str(tmp_path / "work"), "--base-port", str(free_port_block(2))],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert fleet.returncode == 0, fleet.stdout[-3000:] + fleet.stderr[-3000:]
+    result = json.loads((out / "fleet.json").read_text())
+    assert [(run["hosts"], run["run"], run["rc"]) for run in result["runs"]] == [
+        (1, "restarted", 0), (1, "no-op", 0), (2, "restarted", 0), (2, "no-op", 0)]
+    assert all(run["wall_s"] > 0 and run["cpu_s"] > 0 for run in result["runs"])
+    table = (out / "fleet.md").read_text()
+    assert "| 2 | no-op | 1/1 |" in table, table
+    # Each host was its own: its own state dir, journaled by the run that held it.
+    for host in ("host00", "host01"):
+        assert (tmp_path / "work" / host / "state" / "journal.jsonl").exists()
