@@ -44,11 +44,20 @@ def servers_of(processes):
     return by_server
 
 
+def converge_ranges():
+    return json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
+
+
 def converge_pct_calls(run=0):
     """The pct calls of a run of molecule/shared/converge.yml (0: the converge, 1: the idempotence run), per vmid:
     {"calls": n, "module_runs": Counter(module)}."""
-    ranges = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "converge-pct-calls.json").read_text())
+    ranges = converge_ranges()
     return pct_calls(PCT_CALL_LOG.read_text().splitlines()[ranges[run]["first"]:ranges[run]["end"]])
+
+
+def converge_needed(run=0):
+    """{host: why its hold found something to do (host_lock's converge_needed), None for a no-op} of that run."""
+    return converge_ranges()[run].get("converge_needed") or {}
 
 
 def run_playbook(name, *args):

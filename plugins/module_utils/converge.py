@@ -85,10 +85,9 @@ def look(params, held, run_id):
     candidate = chosen_candidate(converge["candidates"], held["sglang"])
     if candidate is None:
         return {"needed": "no script was rendered for the SGLang this host has"}
-    server_params = dict(_shared(params, SERVER_ARGUMENT_SPEC), servers=converge["servers"],
+    server_params = dict(_shared(params, SERVER_ARGUMENT_SPEC), **converge["server"], servers=converge["servers"],
                          scripts=candidate["scripts"], required_paths=converge["required_paths"],
-                         secrets=converge["secrets"], launcher=converge["launcher"], systemd=converge["systemd"],
-                         state="started", run_id=run_id)
+                         secrets=converge["secrets"], state="started", run_id=run_id)
     try:
         planned = ServerControl(_validated(SERVER_ARGUMENT_SPEC, server_params), check_mode=True,
                                 gpus=held.get("gpus")).apply(0)

@@ -144,12 +144,12 @@ options:
         type: list
         elements: str
         default: []
-      launcher:
-        description: As M(gpuops.sglang.server) takes it.
-        type: str
-        default: detached
-      systemd:
-        description: As M(gpuops.sglang.server) takes it.
+      server:
+        description:
+          - The options of M(gpuops.sglang.server) that shape its plan beyond those shared with this module
+            (O(gpuops.sglang.server#module:launcher), O(gpuops.sglang.server#module:systemd),
+            O(gpuops.sglang.server#module:stop_timeout) - a systemd unit holds it -, ...), as the run passes them to
+            its server calls.
         type: dict
         default: {}
       timeout:

@@ -96,6 +96,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_serial',
     'relaunch_server',
     'relaunch_server_info',
+    'relaunch_server_options',
     'relaunch_server_results',
     'relaunch_servers',
     'relaunch_ssh_failed',

@@ -198,8 +198,12 @@ def test_each_action_group_holds_exactly_the_modules_that_take_the_options_set_t
     assert sorted(groups["sglang"]) == sorted(options)
     with open(os.path.join(ROLES_DIR, "relaunch", "tasks", "run.yml")) as handle:
         [job] = [task for task in yaml.safe_load(handle) if "module_defaults" in task]
+    with open(os.path.join(ROLES_DIR, "relaunch", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
     for key, defaults in job["module_defaults"].items():
-        wanted = set(defaults)
+        # A module's defaults may be a role variable (plus the run's run_id): its options are the variable's keys.
+        named = re.fullmatch(r"\{\{ (\w+) \| combine\(\{'(\w+)'.*", defaults.strip()) if isinstance(defaults, str) else None
+        wanted = set(role_vars[named.group(1)]) | {named.group(2)} if named else set(defaults)
         if key.startswith("group/gpuops.sglang."):
             members = groups[key.removeprefix("group/gpuops.sglang.")]
             assert sorted(members) == sorted(name for name, taken in options.items() if wanted <= taken), key
