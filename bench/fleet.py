@@ -6,9 +6,12 @@ Each host is inventories/local's simulated host in a directory of its own (fake 
 ports; the model and the installed SGLang are shared), all on this machine through the local connection. For each
 fleet size N, hosts 1..N are relaunched by one run of playbooks/relaunch.yml: ``restarted`` (every server stopped
 and started again: stop, launch, wait), then a no-op (nothing to change), ``--reps`` times each, alternating.
-Measured per run: wall seconds, and the CPU seconds of ansible-playbook with all its children (os.wait4) - the
-controller's own work and, the hosts being this machine, the modules' work on them; the servers run detached and
-are not counted. Writes <out>/fleet.md and fleet.json; asserts nothing. The servers are stopped at the end.
+Measured per run: wall seconds, and the CPU seconds of ansible-playbook with all its children (os.wait4); the hosts
+being this machine, that is the controller's work and the modules' work on the hosts. The hosts' interpreter is a
+wrapper (``host-python``) that runs the real one and records the CPU of each module it ran, with the module's own
+children (nvidia-smi): the host side. The controller is the rest - what a controller of real GPU hosts spends, where
+the modules run on the hosts. The servers run detached and are not counted. Writes <out>/fleet.md and fleet.json;
+asserts nothing. The servers are stopped at the end.
 """
 
 import argparse
@@ -28,6 +31,18 @@ from bench.targets import SIMULATOR, run_checked
 
 HOST_VARS = REPO / "inventories" / "local" / "host_vars" / "simhost.yml"
 RUNS = (("restarted", {"relaunch_state": "restarted"}), ("no-op", {}))
+# The hosts' Python: the module's CPU (os.wait4: its waited children too) and the wrapper's own, one line per call.
+HOST_PYTHON = """#!{python} -I
+import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+_pid, status, usage = os.wait4(pid, 0)
+own = resource.getrusage(resource.RUSAGE_SELF)
+with open({log!r}, "a") as log:
+    log.write(f"{{usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime:.4f}}\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def parse_args(argv):
@@ -64,6 +79,8 @@ class Fleet:
         self.model_path = self.workdir / "models" / "Qwen3-Next-80B-A3B-Instruct"
         self.site = self.workdir / "site"
         self.inventory = self.workdir / "inventory"
+        self.host_python = self.workdir / "host-python"
+        self.host_cpu_log = self.workdir / "host-cpu.log"
 
     def gpu_dir(self, host):
         return self.workdir / host / "gpu"
@@ -85,7 +102,8 @@ class Fleet:
             sglang_env=dict(group_vars["sglang_env"], PYTHONPATH=str(self.site),
                             SGLANG_SIM_TIME_SCALE=str(self.time_scale)),
             relaunch_progress_interval=5)
-        hosts = {host: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        self.write_host_python()
+        hosts = {host: {"ansible_connection": "local", "ansible_python_interpreter": str(self.host_python),
                         "simhost_dir": str(self.workdir / host),
                         "sglang_base_port": self.base_port + index * self.servers}
                  for index, host in enumerate(self.hosts)}
@@ -94,19 +112,37 @@ class Fleet:
         (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
             "hosts": hosts}}}}))
 
+    def write_host_python(self):
+        """The hosts' interpreter: runs this Python on the module and appends the CPU seconds it took (its children
+        included, the wrapper's own too) to host_cpu_log, one line per module call."""
+        self.host_python.write_text(HOST_PYTHON.format(python=sys.executable, log=str(self.host_cpu_log)))
+        self.host_python.chmod(0o755)
+
+    def host_cpu(self):
+        """CPU seconds of the module calls recorded since the last call, and how many there were."""
+        try:
+            lines = self.host_cpu_log.read_text().split()
+        except FileNotFoundError:
+            lines = []
+        self.host_cpu_log.write_text("")
+        return sum(float(line) for line in lines), len(lines)
+
     def run(self, count, forks, extra_vars, label):
-        """One relaunch.yml over the first ``count`` hosts: (rc, wall s, CPU s of it and its children)."""
+        """One relaunch.yml over the first ``count`` hosts: (rc, wall s, CPU s of it and its children, of which on the
+        hosts, module calls)."""
         env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
         log = self.workdir / "raw" / f"{label}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(self.inventory), "--forks", str(forks),
                 "--limit", ",".join(self.hosts[:count]), "-e", json.dumps(extra_vars),
                 str(REPO / "playbooks" / "relaunch.yml")]
+        self.host_cpu()
         started = time.monotonic()
         with open(log, "w") as output:
             process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT)
             _pid, status, usage = os.wait4(process.pid, 0)
-        return os.waitstatus_to_exitcode(status), time.monotonic() - started, usage.ru_utime + usage.ru_stime
+        wall = time.monotonic() - started
+        return (os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usage.ru_stime, *self.host_cpu())
 
     def reset(self):
         for host in self.hosts:
@@ -121,24 +157,34 @@ def summarize(records):
             if not runs:
                 continue
             walls, cpus = [run["wall_s"] for run in runs], [run["cpu_s"] for run in runs]
+            controller = [(run["cpu_s"] - run["host_cpu_s"]) / count for run in runs]
             rows.append({"hosts": count, "run": kind, "ok": sum(run["rc"] == 0 for run in runs), "reps": len(runs),
                          "wall_s": statistics.median(walls), "wall_range": [min(walls), max(walls)],
-                         "cpu_s": statistics.median(cpus), "cpu_per_host_s": statistics.median(cpus) / count})
+                         "cpu_s": statistics.median(cpus), "cpu_per_host_s": statistics.median(cpus) / count,
+                         "controller_cpu_per_host_s": statistics.median(controller),
+                         "controller_cpu_per_host_range": [min(controller), max(controller)],
+                         "host_cpu_per_host_s": statistics.median(run["host_cpu_s"] / count for run in runs),
+                         "module_calls_per_host": statistics.median(run["module_calls"] / count for run in runs)})
     return rows
 
 
 def markdown(result):
     setup = (f"One `ansible-playbook playbooks/relaunch.yml` over N simulated hosts of {result['servers']} servers "
              f"each (local connection, forks {result['forks']}, SGLANG_SIM_TIME_SCALE {result['time_scale']}), on "
-             f"{result['machine']}; commit {result['commit']}. CPU: ansible-playbook with its children - the "
-             "controller and, the hosts being this machine, the modules on them (the servers not counted). Medians "
-             f"of {result['reps']} runs (min-max).")
+             f"{result['machine']}; commit {result['commit']}. CPU: ansible-playbook with its children, the hosts "
+             "being this machine (the servers not counted); of it, on the hosts: the module calls, measured by the "
+             "hosts' interpreter (a wrapper); the controller: the rest, what it costs where the modules run on real "
+             f"hosts. Medians of {result['reps']} runs (min-max).")
     lines = [f"# Fleet scaling ({result['date']})", "", setup, "",
-             "| hosts | run | ok | wall s | CPU s | CPU s per host |", "|---|---|---|---|---|---|"]
+             ("| hosts | run | ok | wall s | CPU s | controller CPU s per host | host CPU s per host | module calls "
+              "per host |"), "|---|---|---|---|---|---|---|---|"]
     for row in result["summary"]:
         low, high = row["wall_range"]
+        c_low, c_high = row["controller_cpu_per_host_range"]
         lines.append(f"| {row['hosts']} | {row['run']} | {row['ok']}/{row['reps']} | {row['wall_s']:.1f} "
-                     f"({low:.1f}-{high:.1f}) | {row['cpu_s']:.1f} | {row['cpu_per_host_s']:.2f} |")
+                     f"({low:.1f}-{high:.1f}) | {row['cpu_s']:.1f} | {row['controller_cpu_per_host_s']:.2f} "
+                     f"({c_low:.2f}-{c_high:.2f}) | {row['host_cpu_per_host_s']:.2f} | "
+                     f"{row['module_calls_per_host']:g} |")
     return "\n".join(lines) + "\n"
 
 
@@ -151,15 +197,16 @@ def main(argv=None):
     try:
         for count in counts:
             # Every host of this size serving first (the hosts added since the last size are launched).
-            rc, wall, _cpu = fleet.run(count, args.forks, {}, f"x{count}-launch")
+            rc, wall, *_cpu = fleet.run(count, args.forks, {}, f"x{count}-launch")
             print(f"[fleet] {count} hosts launched: rc={rc} wall={wall:.1f}s", flush=True)
             for rep in range(args.reps):
                 for kind, variables in RUNS:
-                    rc, wall, cpu = fleet.run(count, args.forks, variables, f"x{count}-{kind}-r{rep}")
+                    rc, wall, cpu, host_cpu, calls = fleet.run(count, args.forks, variables, f"x{count}-{kind}-r{rep}")
                     records.append({"hosts": count, "run": kind, "rep": rep, "rc": rc, "wall_s": round(wall, 3),
-                                    "cpu_s": round(cpu, 3)})
+                                    "cpu_s": round(cpu, 3), "host_cpu_s": round(host_cpu, 3), "module_calls": calls})
                     print(f"[fleet] {count} hosts {kind} r{rep}: rc={rc} wall={wall:.1f}s cpu={cpu:.1f}s "
-                          f"({cpu / count:.2f} s/host)", flush=True)
+                          f"(controller {(cpu - host_cpu) / count:.2f} s/host, hosts {host_cpu / count:.2f} s/host in "
+                          f"{calls} module calls)", flush=True)
     finally:
         fleet.reset()
     result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} CPU cores",

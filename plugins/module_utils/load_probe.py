@@ -28,6 +28,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     host_job,
     journal,
     option_ranges,
+    procfs,
     run_lock,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
@@ -242,7 +243,7 @@ class Budget:
 def ours_to_probe(params):
     """``(servers to probe [(name, port, state)], refused [{name, error}])``: only live servers of this deployment."""
     owner = ServerProcesses(params["state_dir"])
-    probe, refused = [], []
+    probe, refused, sockets = [], [], procfs.ListeningSockets()
     for spec in params["servers"]:
         state = read_state(params["state_dir"], spec["name"])
         port = spec.get("port") or (state or {}).get("port")
@@ -255,7 +256,7 @@ def ours_to_probe(params):
             why = f"its recorded process {state.get('pid')} does not run"
         elif owner.owner(main.pid).verdict != "ours":
             why = f"pid {main.pid} does not carry this deployment's ownership marker"
-        elif (squatter := owner.foreign_listener(spec["name"], port, likely=[main.pid])) is not None:
+        elif (squatter := owner.foreign_listener(spec["name"], port, likely=[main.pid], sockets=sockets)) is not None:
             why = squatter  # the load carries the API key: never to another process
         else:
             probe.append((spec["name"], port, state))

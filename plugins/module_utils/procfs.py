@@ -183,33 +183,48 @@ def gpu_holders(device_dir="/dev", minors=None, proc_root=PROC_ROOT):
     return holders
 
 
-def _listening_inodes(port, proc_root):
-    inodes = set()
+def listening_sockets(proc_root=PROC_ROOT):
+    """``{port: {socket inode, ...}}`` of every TCP socket that listens (any address, IPv4 or IPv6), from one read of
+    the kernel's tables: a read costs milliseconds whatever the number of sockets, so a look at many ports reads
+    them once and passes this to port_listener_pids."""
+    listening = {}
     for table in ("tcp", "tcp6"):
         raw = _read_bytes(os.path.join(proc_root, "net", table))
         if not raw:
             continue
         for line in raw.decode("ascii", "replace").splitlines()[1:]:
             columns = line.split()
-            if len(columns) < 10 or columns[3] != _TCP_LISTEN:
+            if len(columns) < 10 or columns[3] != _TCP_LISTEN or columns[9] == "0":
                 continue
             _address, _sep, local_port = columns[1].rpartition(":")
             try:
-                if int(local_port, 16) == int(port):
-                    inodes.add(columns[9])
+                listening.setdefault(int(local_port, 16), set()).add(columns[9])
             except ValueError:  # not a line of the kernel's format
                 continue
-    inodes.discard("0")
-    return inodes
+    return listening
 
 
-def port_listener_pids(port, proc_root=PROC_ROOT, likely=()):
+class ListeningSockets:
+    """The listening sockets of one look at several ports: listening_sockets(), read at the first question."""
+
+    def __init__(self, proc_root=PROC_ROOT):
+        self.proc_root = proc_root
+        self._table = None
+
+    def table(self):
+        if self._table is None:
+            self._table = listening_sockets(self.proc_root)
+        return self._table
+
+
+def port_listener_pids(port, proc_root=PROC_ROOT, likely=(), listening=None):
     """``(listening, pids)``: whether a TCP socket listens on ``port`` (any address, IPv4 or IPv6), and the pids
     owning it that this user can see (none when another user's process holds it and /proc hides its fds).
 
     ``likely``: pids to look at first; when they own every listening socket of the port, no other is read (a scan of
-    every process's descriptors costs milliseconds per look)."""
-    inodes = _listening_inodes(port, proc_root)
+    every process's descriptors costs milliseconds per look). ``listening``: the sockets of listening_sockets() when
+    the caller read them for several ports, else they are read here."""
+    inodes = (listening_sockets(proc_root) if listening is None else listening).get(int(port), set())
     if not inodes:
         return False, []
     owned_by_likely = {pid: _socket_inodes(pid, proc_root) & inodes for pid in likely if pid}

@@ -227,8 +227,9 @@ class ServerTracker:
             foreign_listener=self._foreign_listener,
             stall_timeout=self._options["stall_timeout"], deadline=self._deadline)
 
-    def poll(self, now, may_probe, snapshot=False):
-        """One look; records the verdict when a rule fires, else keeps the health probe going."""
+    def poll(self, now, may_probe, snapshot=False, sockets=None):
+        """One look; records the verdict when a rule fires, else keeps the health probe going. ``sockets``: the
+        listening sockets of this round of looks (procfs.ListeningSockets), shared by its servers."""
         observation = self.observe(now, self.take_answer(), snapshot)
         verdict = decide(observation, WAIT_RULES)
         if verdict is not None:
@@ -237,12 +238,12 @@ class ServerTracker:
             may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
         # A suspected stall is decided on the answer to a probe sent after the silence was noticed.
         if not self.probe.busy and (probe_due or stall_suspected_since(observation) is not None):
-            self.start_probe(now)
+            self.start_probe(now, sockets)
         return None
 
-    def start_probe(self, now):
+    def start_probe(self, now, sockets=None):
         """A health request, unless another process listens on the port (it must never get the key)."""
-        self._foreign_listener = self._owner.foreign_listener(self.name, self.port, likely=[self.pid])
+        self._foreign_listener = self._owner.foreign_listener(self.name, self.port, likely=[self.pid], sockets=sockets)
         if self._foreign_listener is None:
             self.probe.start(now)
 
@@ -350,8 +351,9 @@ def wait_slice(params, carry=None, check_mode=False):
     while True:
         now = time.time()
         pending = [tracker for tracker in trackers if tracker.result is None]
+        sockets = procfs.ListeningSockets()
         for tracker in pending:
-            tracker.poll(now, may_probe=now < slice_end, snapshot=check_mode)
+            tracker.poll(now, may_probe=now < slice_end, snapshot=check_mode, sockets=sockets)
         # At the deadline the rules time out every server still pending, so none is left.
         pending = [tracker for tracker in pending if tracker.result is None]
         if not pending:
@@ -403,9 +405,9 @@ def _confirm_ready(trackers, until):
     """One more look at every ready server, health probes in parallel, until ``until`` at most; returns those whose
     probe has not answered by then (a hung server: the next slice asks again, up to probe_timeout in all, after which
     its silence counts as a slow answer, not a crash)."""
-    now = time.time()
+    now, sockets = time.time(), procfs.ListeningSockets()
     for tracker in trackers:
-        tracker.start_probe(now)
+        tracker.start_probe(now, sockets)
     while any(tracker.probe.busy for tracker in trackers) and time.time() < until:
         _nap()
     unanswered = [tracker for tracker in trackers if tracker.probe.busy]

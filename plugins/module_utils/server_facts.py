@@ -222,8 +222,11 @@ def describe_servers(params):
     now = time.time()
     owner = ServerProcesses(params["state_dir"])
     by_name = launchers.launchers(owner, params)
-    servers = [describe_server(spec, params, now, by_name) for spec in specs]
-    foreign = {server["name"]: owner.foreign_listener(server["name"], server["port"], likely=[server["pid"]])
+    with owner.one_look():
+        servers = [describe_server(spec, params, now, by_name) for spec in specs]
+    sockets = procfs.ListeningSockets()
+    foreign = {server["name"]: owner.foreign_listener(server["name"], server["port"], likely=[server["pid"]],
+                                                      sockets=sockets)
                if server["port"] else None for server in servers}
     # Which SGLang each server's interpreter has installed now (an upgrade since the launch shows here).
     installed = server_versions({server["name"]: server["_settings"] for server in servers})

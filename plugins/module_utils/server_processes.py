@@ -16,6 +16,7 @@ server_info's discovery) goes through ``ServerProcesses``, so they all keep the 
 """
 
 import collections
+import contextlib
 import os
 import signal
 
@@ -51,9 +52,39 @@ class ServerProcesses:
         self.proc_root = proc_root
         self.protected = own_lineage(proc_root)
         self._namespace = procfs.pid_namespace("self", proc_root)
+        self._look = None
+
+    @contextlib.contextmanager
+    def one_look(self):
+        """Within it, the processes and their owners are read from /proc once, however many servers are looked at:
+        a plan of the host is made from one picture of it (of_server read every process once per server). Only for
+        reading; signalling reads afresh."""
+        self._look = {"owners": {}}
+        try:
+            yield
+        finally:
+            self._look = None
+
+    def _processes(self):
+        if self._look is None:
+            return procfs.list_processes(self.proc_root)
+        if "processes" not in self._look:
+            self._look["processes"] = procfs.list_processes(self.proc_root)
+        return self._look["processes"]
+
+    def _group_members(self, pgid):
+        return [info for info in self._processes() if info.pgid == pgid and info.state not in ("Z", "X")]
 
     def owner(self, pid):
-        """Who ``pid`` belongs to, from one read of its environment."""
+        """Who ``pid`` belongs to, from one read of its environment (one per look)."""
+        if self._look is None:
+            return self._read_owner(pid)
+        owners = self._look["owners"]
+        if pid not in owners:
+            owners[pid] = self._read_owner(pid)
+        return owners[pid]
+
+    def _read_owner(self, pid):
         if procfs.pid_namespace(pid, self.proc_root) != self._namespace:
             return Owner("foreign", None, None)  # a container's process seen from its host
         environ = procfs.read_environ(pid, self.proc_root)
@@ -65,11 +96,13 @@ class ServerProcesses:
             return Owner("other_deployment", server, deployment)
         return Owner("ours", server, deployment)
 
-    def foreign_listener(self, name, port, likely=()):
+    def foreign_listener(self, name, port, likely=(), sockets=None):
         """Why ``port`` is not server ``name``'s own, or None when nothing listens on it or only processes of the
         server do (its marker and deployment, run by this user). Checked before a request carries the API key and
-        before a 200 counts: SGLang binds its port only after loading the weights, and anyone may bind it first."""
-        listening, pids = procfs.port_listener_pids(port, self.proc_root, likely)
+        before a 200 counts: SGLang binds its port only after loading the weights, and anyone may bind it first.
+        ``sockets``: a procfs.ListeningSockets shared by the servers of one look (the kernel's tables read once)."""
+        listening, pids = procfs.port_listener_pids(port, self.proc_root, likely,
+                                                    sockets.table() if sockets is not None else None)
         if not listening:
             return None
         if not pids:
@@ -98,7 +131,7 @@ class ServerProcesses:
         """``(processes, group)``: live processes of server ``name`` by marker, plus the members of its
         recorded process group while the group's leader is the very process we launched."""
         found = {}
-        for info in procfs.list_processes(self.proc_root):
+        for info in self._processes():
             if info.state in ("Z", "X") or info.pid in self.protected:
                 continue
             owner = self.owner(info.pid)
@@ -108,11 +141,11 @@ class ServerProcesses:
         leader = self.main_process(recorded)
         # A leaderless group with that number may be a stranger's (after a reboot or pid wrap-around).
         if leader is not None and leader.pgid == leader.pid == recorded.get("pgid"):
-            members = procfs.group_members(leader.pid, self.proc_root)
+            members = self._group_members(leader.pid)
             if members:
                 group = leader.pid
                 found.update((info.pid, info) for info in members if info.pid not in self.protected)
-        if group is not None and self.protected & {info.pid for info in procfs.group_members(group, self.proc_root)}:
+        if group is not None and self.protected & {info.pid for info in self._group_members(group)}:
             group = None  # we run inside that group: signal its members one by one, never the group
         return found, group
 

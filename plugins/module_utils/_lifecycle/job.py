@@ -175,40 +175,42 @@ class ServerControl:
     def _read_host(self, check_mode):
         """Plan every server (frozen plans: each step below returns new ones), check the GPUs and every process in
         the way, then write the scripts; returns ``(plans, script results, diffs)``."""
-        problem = self.launcher.problem()
-        if problem:
-            raise ServerControlError(f"{problem}; nothing was touched")
-        present = {gpu["index"]: gpu for gpu in self.listed_gpus or self._query_gpus()}
-        self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
-        plans = [self._plan(spec) for spec in self.params["servers"]]
-        if not check_mode:
-            plans = self._record_restarts(plans)
-        # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
-        try:
-            require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
-        except GpuError as exc:
-            raise ServerControlError(str(exc))
-        plans = [plan.updated(gpu_memory_before=gpu_keyed({
-            gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})) for plan in plans]
-        # A plan's blockers tell whether it stops a serving process (also a stale server of an earlier topology in its
-        # way, which a renamed server stops): a canary defers such plans, and what stays is judged again.
-        conflicts = self._conflicts(plans)
-        deferral = defer_beyond_max_changes(
-            plans, self.params.get("max_changes"), self._came_up_with(), self.params.get("batch_size"),
-            lambda plan: plan.kills or any(pid in conflicts.stale for pid in conflicts.blockers[plan.name]))
-        if any(plan.action == "deferred" for plan in deferral.plans):
-            plans = self._undefer_in_the_way(plans, deferral.plans, conflicts.in_the_way)
+        # One picture of the host's processes for the whole plan (ServerProcesses.one_look): nothing is signalled here.
+        with self.owner.one_look():
+            problem = self.launcher.problem()
+            if problem:
+                raise ServerControlError(f"{problem}; nothing was touched")
+            present = {gpu["index"]: gpu for gpu in self.listed_gpus or self._query_gpus()}
+            self.minors = device_minors(present.values(), self.params["nvidia_driver_dir"])
+            plans = [self._plan(spec) for spec in self.params["servers"]]
+            if not check_mode:
+                plans = self._record_restarts(plans)
+            # Also the GPUs recorded at launch (stop.yml passes names only): the container may have fewer now.
+            try:
+                require_present(present, [(gpu, f"{gpu} of server {plan.name!r}") for plan in plans for gpu in plan.gpus])
+            except GpuError as exc:
+                raise ServerControlError(str(exc))
+            plans = [plan.updated(gpu_memory_before=gpu_keyed({
+                gpu: present[gpu]["memory_used_mib"] for gpu in plan.gpus if gpu in present})) for plan in plans]
+            # A plan's blockers tell whether it stops a serving process (also a stale server of an earlier topology in its
+            # way, which a renamed server stops): a canary defers such plans, and what stays is judged again.
             conflicts = self._conflicts(plans)
-        # Nobody waits for a canary when every deferred server had to go with it.
-        self.canary = deferral.canary if any(plan.action == "deferred" for plan in plans) else []
-        if conflicts.problems:
-            raise ServerControlError("refusing to touch any process: " + "; ".join(conflicts.problems),
-                                     problems=conflicts.problems)
-        self.removed, self.stale, self.foreign = conflicts.removed, conflicts.stale, conflicts.foreign
-        plans = [plan.updated(blockers=conflicts.blockers[plan.name]) for plan in plans]
-        self.router, plans = check_router(self.params, plans)
-        scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
-        return plans, scripts, diffs
+            deferral = defer_beyond_max_changes(
+                plans, self.params.get("max_changes"), self._came_up_with(), self.params.get("batch_size"),
+                lambda plan: plan.kills or any(pid in conflicts.stale for pid in conflicts.blockers[plan.name]))
+            if any(plan.action == "deferred" for plan in deferral.plans):
+                plans = self._undefer_in_the_way(plans, deferral.plans, conflicts.in_the_way)
+                conflicts = self._conflicts(plans)
+            # Nobody waits for a canary when every deferred server had to go with it.
+            self.canary = deferral.canary if any(plan.action == "deferred" for plan in plans) else []
+            if conflicts.problems:
+                raise ServerControlError("refusing to touch any process: " + "; ".join(conflicts.problems),
+                                         problems=conflicts.problems)
+            self.removed, self.stale, self.foreign = conflicts.removed, conflicts.stale, conflicts.foreign
+            plans = [plan.updated(blockers=conflicts.blockers[plan.name]) for plan in plans]
+            self.router, plans = check_router(self.params, plans)
+            scripts, diffs = self._write_scripts([plan for plan in plans if plan.action != "deferred"], check_mode)
+            return plans, scripts, diffs
 
     @staticmethod
     def _undefer_in_the_way(planned, deferred, in_the_way):
@@ -330,10 +332,11 @@ class ServerControl:
         for gpu in gpus:
             for pid in holders.get(gpu, []):
                 judge(pid, f"GPU {gpu}", [plan for plan in plans if plan.changes and gpu in plan.gpus])
+        sockets = procfs.ListeningSockets()
         for plan in plans:
             if plan.launches:
                 for port in [plan.spec["port"]] + (plan.spec.get("extra_ports") or []):
-                    for pid in procfs.port_listeners(port):
+                    for pid in procfs.port_listener_pids(port, listening=sockets.table())[1]:
                         judge(pid, f"port {port} of server {plan.name!r}", [plan])
         return Conflicts(blockers, problems, removed, stale, foreign, in_the_way)
 

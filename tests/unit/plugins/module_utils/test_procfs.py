@@ -132,6 +132,20 @@ def test_port_listeners(child):
     assert procfs.port_listeners(port) == []
 
 
+def test_one_read_of_the_listening_sockets_answers_for_every_port_of_a_look(child):
+    process, port = child
+    sockets = procfs.ListeningSockets()
+    table = sockets.table()
+    assert table[port] and sockets.table() is table
+    assert procfs.port_listener_pids(port, listening=table) == (True, [process.pid])
+    assert procfs.port_listener_pids(port, likely=[process.pid], listening=table) == (True, [process.pid])
+    # What the look read is what it answers: a port absent from its read is not listening, whatever binds it since.
+    assert procfs.port_listener_pids(port, listening={}) == (False, [])
+    process.kill()
+    process.wait()
+    assert port not in procfs.listening_sockets()
+
+
 def test_describe(child):
     process, _port = child
     assert procfs.describe(process.pid) == {

@@ -83,3 +83,20 @@ def test_the_callers_lineage_is_never_signalled(tmp_path, spawn):
     assert sorted(processes) == [child.pid] and group is None
     assert owner.kill_now("gpu0") == [child.pid]
     assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_one_look_reads_the_processes_once_for_every_server_and_only_for_its_length(tmp_path, spawn, monkeypatch):
+    state_dir = str(tmp_path / "state")
+    owner = ServerProcesses(state_dir)
+    first, second = spawn("gpu0", state_dir), spawn("gpu1", state_dir)
+    scans = []
+    real_list_processes = procfs.list_processes
+    monkeypatch.setattr(procfs, "list_processes", lambda *args: scans.append(args) or real_list_processes(*args))
+    with owner.one_look():
+        assert sorted(owner.of_server("gpu0", recorded(first))[0]) == [first.pid]
+        assert sorted(owner.of_server("gpu1", recorded(second))[0]) == [second.pid]
+        assert owner.of_server("gpu1", recorded(second))[1] == second.pid
+    assert len(scans) == 1
+    # After the look every question reads /proc again: a server started since is seen.
+    third = spawn("gpu2", state_dir)
+    assert sorted(owner.of_server("gpu2")[0]) == [third.pid] and len(scans) == 2
