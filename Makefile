@@ -63,8 +63,10 @@ rig-setup:
 
 # Two pytest tiers (tests/conftest.py marks them): the tests that need the LXC rig run one after another on one
 # shared rig (only one rig fits a machine); every other test runs in parallel workers (pytest-xdist), a test file
-# per worker (its module fixtures once). PYTEST_ARGS adds pytest options to both (e.g. -x, or
-# -p random_order --random-order); a -k that selects nothing in one of them fails it (pytest's exit 5).
+# per worker (its module fixtures once), handed out in the order of tests/conftest.py: the heaviest tiers first, not
+# pytest-xdist's fewest-tests-last (which left the slowest integration files to the end). PYTEST_ARGS adds pytest
+# options to both (e.g. -x, or -p random_order --random-order); a -k that selects nothing in one of them fails it
+# (pytest's exit 5).
 PYTEST := env PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest
 # make check: 3 workers keep 2 cores busy through the tests' waits. make test: 2, so that the serial LXC lane beside
 # them gets a third of the CPU instead of a quarter - it was the last to end (22:29 against 19:53).
@@ -76,7 +78,7 @@ TIMED := scripts/timed.sh $(REPORT)
 pytest: pytest-parallel pytest-lxc
 
 pytest-parallel: venv
-	$(TIMED) pytest-parallel $(PYTEST) -m "not lxc" -n $(PYTEST_WORKERS) --dist loadfile --junitxml=$(REPORT)/parallel.xml $(PYTEST_ARGS) tests
+	$(TIMED) pytest-parallel $(PYTEST) -m "not lxc" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=$(REPORT)/parallel.xml $(PYTEST_ARGS) tests
 
 pytest-lxc: venv rig-setup
 	$(TIMED) pytest-lxc $(PYTEST) -m lxc -p no:xdist --junitxml=$(REPORT)/lxc.xml $(PYTEST_ARGS) tests

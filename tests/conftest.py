@@ -9,12 +9,16 @@ import os
 import pytest
 
 from tests.rig import rig, shared
-from tests.tiers import tier_of
+from tests.tiers import tier_of, tier_rank
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_collection_modifyitems(items):
+    # The heaviest tiers first (stable: files keep their order inside a tier). pytest-xdist hands out whole files in
+    # this order (make: --no-loadscope-reorder; its own reorder put the files of fewest tests - the slowest integration
+    # files - last), so the many small simulator and unit files fill the workers' tails.
+    items.sort(key=lambda item: tier_rank(os.path.relpath(str(item.path), REPO)))
     for item in items:
         path = os.path.relpath(str(item.path), REPO)
         _tier, lxc = tier_of(path)

@@ -19,3 +19,8 @@ TIERS = (
 def tier_of(path):
     """``(tier, needs the LXC rig)`` of a test file given relative to the repository."""
     return next(((tier, lxc) for prefix, tier, lxc in TIERS if path.startswith(prefix)), ("other", False))
+
+
+def tier_rank(path):
+    """The position of a test file's tier in TIERS (heaviest first); a path of no tier comes last."""
+    return next((rank for rank, (prefix, _tier, _lxc) in enumerate(TIERS) if path.startswith(prefix)), len(TIERS))

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.integration.test_molecule import SCENARIO_CONTAINERS
+from tests.tiers import tier_rank
 
 REPO = Path(__file__).resolve().parents[2]
 # The only code that may bring a rig up or take it down as a whole.
@@ -51,3 +52,9 @@ def test_every_molecule_scenario_uses_the_shared_bring_up(scenario):
     up_args = yaml.safe_load((owner / "molecule.yml").read_text())["ansible"]["env"]["MOLECULE_RIG_UP_ARGS"]
     containers = [int(vmid) for vmid in re.search(r"--containers (\S+)", up_args).group(1).split(",")]
     assert set(containers) <= set(SCENARIO_CONTAINERS), up_args
+
+
+def test_the_parallel_workers_get_the_heaviest_tiers_first():
+    ranks = [tier_rank(path) for path in ("tests/integration/test_rollback.py", "tests/simulator/test_sim_load.py",
+                                          "tests/unit/test_test_tiers.py", "tests/elsewhere.py")]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
