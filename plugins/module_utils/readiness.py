@@ -354,6 +354,9 @@ def wait_slice(params, carry=None, check_mode=False):
         sockets = procfs.ListeningSockets()
         for tracker in pending:
             tracker.poll(now, may_probe=now < slice_end, snapshot=check_mode, sockets=sockets)
+            if tracker.result is not None:
+                # Its verdict may have taken seconds (a stalled server killed): the next ones read the sockets anew.
+                sockets = procfs.ListeningSockets()
         # At the deadline the rules time out every server still pending, so none is left.
         pending = [tracker for tracker in pending if tracker.result is None]
         if not pending:

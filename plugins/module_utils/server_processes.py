@@ -58,7 +58,9 @@ class ServerProcesses:
     def one_look(self):
         """Within it, the processes and their owners are read from /proc once, however many servers are looked at:
         a plan of the host is made from one picture of it (of_server read every process once per server). Only for
-        reading; signalling reads afresh."""
+        reading: signal() and kill_now() refuse to run inside one."""
+        if self._look is not None:
+            raise RuntimeError("one_look inside one_look: the inner one would end the outer one's picture")
         self._look = {"owners": {}}
         try:
             yield
@@ -75,14 +77,19 @@ class ServerProcesses:
     def _group_members(self, pgid):
         return [info for info in self._processes() if info.pgid == pgid and info.state not in ("Z", "X")]
 
-    def owner(self, pid):
-        """Who ``pid`` belongs to, from one read of its environment (one per look)."""
-        if self._look is None:
+    def owner(self, pid, starttime=None):
+        """Who ``pid`` belongs to, from one read of its environment; inside a look, one read per process - known by
+        its pid and ``starttime``, so that a pid reused since is read again (without a start time: always read)."""
+        if self._look is None or starttime is None:
             return self._read_owner(pid)
         owners = self._look["owners"]
-        if pid not in owners:
-            owners[pid] = self._read_owner(pid)
-        return owners[pid]
+        if (pid, starttime) not in owners:
+            owners[pid, starttime] = self._read_owner(pid)
+        return owners[pid, starttime]
+
+    def _refuse_inside_a_look(self):
+        if self._look is not None:
+            raise RuntimeError("signalling inside one_look: its picture of the processes may be stale")
 
     def _read_owner(self, pid):
         if procfs.pid_namespace(pid, self.proc_root) != self._namespace:
@@ -134,7 +141,7 @@ class ServerProcesses:
         for info in self._processes():
             if info.state in ("Z", "X") or info.pid in self.protected:
                 continue
-            owner = self.owner(info.pid)
+            owner = self.owner(info.pid, info.starttime)
             if owner.verdict == "ours" and owner.server == name:
                 found[info.pid] = info
         group = None
@@ -154,6 +161,7 @@ class ServerProcesses:
 
         Returns the processes that were alive (with their recorded start time) before the signal.
         """
+        self._refuse_inside_a_look()
         alive = {pid: info for pid, info in processes.items()
                  if pid not in self.protected and self.alive(pid, info.starttime)}
         signalled_groups = set()
@@ -180,5 +188,6 @@ class ServerProcesses:
 
     def kill_now(self, name, recorded=None):
         """SIGKILL every process of server ``name`` at once (a stalled startup has nothing to drain)."""
+        self._refuse_inside_a_look()
         processes, group = self.of_server(name, recorded)
         return sorted(self.signal(processes, [group] if group else [], signal.SIGKILL))

@@ -303,7 +303,7 @@ class ServerControl:
             info = procfs.read_process(pid)
             if info is None:
                 return
-            owner = self.owner.owner(pid)
+            owner = self.owner.owner(pid, info.starttime)
             stale_state = read_state(self.state_dir, owner.server) if owner.verdict == "ours" and owner.server else None
             holder = server_plan.Holder(pid, info.cmdline, owner.verdict, owner.server, owner.deployment,
                                         pid in self.owner.protected, stale_state is not None)

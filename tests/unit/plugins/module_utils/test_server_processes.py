@@ -100,3 +100,28 @@ def test_one_look_reads_the_processes_once_for_every_server_and_only_for_its_len
     # After the look every question reads /proc again: a server started since is seen.
     third = spawn("gpu2", state_dir)
     assert sorted(owner.of_server("gpu2")[0]) == [third.pid] and len(scans) == 2
+
+
+def test_a_look_reads_each_owner_once_knows_a_reused_pid_and_never_signals(tmp_path, spawn, monkeypatch):
+    state_dir = str(tmp_path / "state")
+    owner = ServerProcesses(state_dir)
+    child = spawn("gpu0", state_dir)
+    starttime = procfs.read_process(child.pid).starttime
+    reads = []
+    real_read_environ = procfs.read_environ
+    monkeypatch.setattr(procfs, "read_environ", lambda pid, *args: reads.append(pid) or real_read_environ(pid, *args))
+    with owner.one_look():
+        assert owner.owner(child.pid, starttime).verdict == "ours"
+        assert owner.owner(child.pid, starttime).verdict == "ours" and reads == [child.pid]
+        # The same pid with another start time is another process: read again.
+        owner.owner(child.pid, starttime + 1)
+        assert reads == [child.pid, child.pid]
+        with pytest.raises(RuntimeError, match="signalling inside one_look"):
+            owner.kill_now("gpu0")
+        with pytest.raises(RuntimeError, match="one_look inside one_look"), owner.one_look():
+            pass
+    assert child.poll() is None, "nothing was signalled inside the look"
+    with pytest.raises(ValueError), owner.one_look():
+        raise ValueError("a failed plan")
+    # The look ends with the plan, failed or not.
+    assert owner.kill_now("gpu0") == [child.pid]
