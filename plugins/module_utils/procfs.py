@@ -130,9 +130,10 @@ def list_processes(proc_root=PROC_ROOT):
     return [info for info in processes if info is not None]
 
 
-def group_members(pgid, proc_root=PROC_ROOT):
-    """Live processes whose process group is ``pgid``."""
-    return [info for info in list_processes(proc_root) if info.pgid == pgid and info.state not in ("Z", "X")]
+def group_members(pgid, proc_root=PROC_ROOT, processes=None):
+    """Live processes whose process group is ``pgid``, among ``processes`` (list_processes()) or read now."""
+    processes = list_processes(proc_root) if processes is None else processes
+    return [info for info in processes if info.pgid == pgid and info.state not in ("Z", "X")]
 
 
 def pid_alive(pid, starttime=None, proc_root=PROC_ROOT):

@@ -74,9 +74,6 @@ class ServerProcesses:
             self._look["processes"] = procfs.list_processes(self.proc_root)
         return self._look["processes"]
 
-    def _group_members(self, pgid):
-        return [info for info in self._processes() if info.pgid == pgid and info.state not in ("Z", "X")]
-
     def owner(self, pid, starttime=None):
         """Who ``pid`` belongs to, from one read of its environment; inside a look, one read per process - known by
         its pid and ``starttime``, so that a pid reused since is read again (without a start time: always read)."""
@@ -144,15 +141,15 @@ class ServerProcesses:
             owner = self.owner(info.pid, info.starttime)
             if owner.verdict == "ours" and owner.server == name:
                 found[info.pid] = info
-        group = None
+        group, members = None, []
         leader = self.main_process(recorded)
         # A leaderless group with that number may be a stranger's (after a reboot or pid wrap-around).
         if leader is not None and leader.pgid == leader.pid == recorded.get("pgid"):
-            members = self._group_members(leader.pid)
+            members = procfs.group_members(leader.pid, self.proc_root, self._processes())
             if members:
                 group = leader.pid
                 found.update((info.pid, info) for info in members if info.pid not in self.protected)
-        if group is not None and self.protected & {info.pid for info in self._group_members(group)}:
+        if self.protected & {info.pid for info in members}:
             group = None  # we run inside that group: signal its members one by one, never the group
         return found, group
 
