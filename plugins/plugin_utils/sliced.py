@@ -4,10 +4,14 @@
 
 A slice returns after about ``progress_interval`` seconds with ``carry`` (what the next slice needs)
 or without it when the work is done; the host side polls, the controller only reports. Each slice is one
-module call, pipelined where the connection allows (pipelining.py).
+module call, pipelined where the connection allows (pipelining.py). A worker whose ansible-playbook is gone
+stops after the slice in flight: Ansible's workers lead process groups of their own, so killing the run's group
+(ansible-runner's cancel, a kill -9) leaves them running, calling the host for nobody.
 """
 
 from __future__ import annotations
+
+import os
 
 from ansible.utils.display import Display
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.pipelining import (
@@ -43,6 +47,8 @@ class SlicedAction(PipelinedAction):
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         module_args, carry = self.module_args(task_vars), None
+        # This runs in a worker process of ansible-playbook: its parent is the run's ansible-playbook.
+        controller_pid = os.getppid()
         try:
             while True:
                 answer = self._execute_module(module_name=self.MODULE, module_args=dict(module_args, _carry=carry),
@@ -53,6 +59,10 @@ class SlicedAction(PipelinedAction):
                 carry = answer.pop("carry", None)
                 if carry is None:
                     result.update(answer)
+                    return result
+                if os.getppid() != controller_pid:
+                    result.update(failed=True, msg=f"ansible-playbook (pid {controller_pid}) is gone: stopped after "
+                                                   "this slice; the host keeps what the run did so far")
                     return result
                 module_args = self.next_args(answer, module_args)
         finally:

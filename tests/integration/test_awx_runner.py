@@ -15,7 +15,7 @@ import threading
 import ansible_runner
 import yaml
 
-from .conftest import BIN_DIR, REPO_ROOT, FakeGpuHost, SimHost
+from .conftest import BIN_DIR, REPO_ROOT, FakeGpuHost, SimHost, http_status
 from .test_multinode import TwoNodes
 
 API_KEY = "sk-awx-Zq8Wm3Vt7Rb2Lp9X"
@@ -320,9 +320,11 @@ def test_survey_answers_as_awx_passes_them_reach_the_role(sim_host, tmp_path):
 
 
 def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_over(sim_host, tmp_path, wait_until):
-    # Wait slices of 1 s: the slice in flight when the job is canceled runs to its end on the host, and must end
-    # before the servers are ready (the run's last slice would give the host back itself).
-    slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="6"), "relaunch_progress_interval": 1}
+    # Wait slices of 1 s. ansible-runner's cancel kills ansible-playbook's process group, but Ansible's workers lead
+    # groups of their own: the worker in the wait must stop after its slice in flight, not go on and give the host
+    # back once the servers are ready (as the run's last slice does). They load no weights until the gate exists.
+    gate = tmp_path / "weights-arrived"
+    slow = {"sglang_env": sim_env(sim_host, SGLANG_SIM_WEIGHTS_GATE=str(gate)), "relaunch_progress_interval": 1}
     canceled = AwxJob(sim_host, tmp_path, 4301, "playbooks/relaunch.yml",
                       survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2),
                       host_vars=slow).start()
@@ -351,8 +353,14 @@ def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_o
     assert "AWX job 4301" in failures and f"take_over={lease['run_id']}" in failures, failures
     assert not impatient.results("runner_on_ok", "gpuops.sglang.server")
 
-    # ... or an operator who knows it is dead takes it over through the survey. The servers it started went on
-    # starting (the host's side is detached): the next job finds them, relaunches nothing and waits for them.
+    # The servers it started go on starting (the host's side is detached) and become ready; nobody acts on that.
+    gate.touch()
+    wait_until(lambda: all(http_status(_state(sim_host, name)["port"], "/ready")[0] == 200 for name in pids),
+               timeout=120, what="the canceled job's servers to be ready")
+    assert json.loads(lease_path.read_text())["run_id"] == lease["run_id"], "the canceled job's worker went on"
+
+    # ... or an operator who knows it is dead takes it over through the survey: the next job finds the servers it
+    # started, relaunches nothing and waits for them.
     taking_over = AwxJob(sim_host, tmp_path, 4303, "playbooks/relaunch.yml",
                          survey_answers("relaunch.json", sglang_gpu_count=2, relaunch_take_over_run=lease["run_id"]),
                          host_vars=slow).run()
