@@ -17,14 +17,14 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.sglang_flag_tables i
     OPTIONS,
 )
 
+from .conftest import HOST_PYTHON
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 import sglang_flag_tables
 
 CACHE = os.path.join(REPO_ROOT, ".work", "sglang-versions")
 PARSER = os.path.join(REPO_ROOT, "scripts", "sglang_parser.py")
-# A python >= 3.11 outside the test venv (sglang 0.5.23 needs 3.11), as a host's own interpreter would be.
-HOST_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
 class InstalledSGLang:
