@@ -33,7 +33,6 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_gpu_free_timeout',
     'relaunch_gpu_index_problems',
     'relaunch_gpu_info',
-    'relaunch_gpus',
     'relaunch_group_acting',
     'relaunch_group_broken',
     'relaunch_group_changes',
