@@ -82,7 +82,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_probe_timeout',
     'relaunch_progress_interval',
     'relaunch_ready_servers',
-    'relaunch_released',
+    'relaunch_released_by',
     'relaunch_removed_servers',
     'relaunch_rest',
     'relaunch_rollback',

@@ -11,6 +11,7 @@ stops after the slice in flight: Ansible's workers lead process groups of their 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 from ansible.utils.display import Display
@@ -47,8 +48,10 @@ class SlicedAction(PipelinedAction):
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         module_args, carry = self.module_args(task_vars), None
-        # This runs in a worker process of ansible-playbook: its parent is the run's ansible-playbook.
-        controller_pid = os.getppid()
+        # This runs in a worker that ansible-playbook forked through multiprocessing, which recorded its pid before
+        # the fork: getppid() here would already name init if ansible-playbook died before this line.
+        parent = multiprocessing.parent_process()
+        controller_pid = parent.pid if parent is not None else os.getppid()
         try:
             while True:
                 answer = self._execute_module(module_name=self.MODULE, module_args=dict(module_args, _carry=carry),

@@ -261,3 +261,17 @@ def test_a_refusal_reaches_the_operator_once_as_its_own_sentence(sim_host, value
     # The argument spec's failure was 216 lines of output, most of them the role's whole spec.
     assert len(output.splitlines()) < 40, output
     assert not sim_host.script_dir.exists(), "refused before anything was written"
+
+
+def test_a_stop_after_a_relaunch_in_the_same_play_gives_the_host_back(sim_host):
+    # The relaunch's last wait gave the host back in its own call; the stop after it, a run of its own, must still
+    # release its hold at its end (the relaunch's "released" once stood for it and left the lease to expire).
+    play = sim_host.dir / "relaunch_then_stop.yml"
+    play.write_text(json.dumps([{"hosts": "sglang_hosts", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "gpuops.sglang.relaunch"}},
+        {"ansible.builtin.include_role": {"name": "gpuops.sglang.relaunch", "tasks_from": "stop"}}]}]))
+    result = sim_host.run(str(play)[:-len(".yml")], {"sglang_gpu_count": 2})
+    assert result.rc == 0, result
+    holds = [task for task in result.task("Hold the host for this run") if task.get("run_id")]
+    assert len(holds) == 2 and holds[0]["run_id"] != holds[1]["run_id"], "two runs, one after the other"
+    assert not (sim_host.dir / "state" / "run.json").exists(), "the stop gave the host back"
