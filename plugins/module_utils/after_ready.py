@@ -24,6 +24,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils import (
     journal,
     last_good,
     launchers,
+    procfs,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.launch_settings import (
     gpus_of,
@@ -40,6 +41,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers impor
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
+    recorded_starttime,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import (
     LockTimeout,
@@ -84,9 +86,15 @@ def _kill_stalled(state_dir, name, pid, recorded_at_start):
         by_name = launchers.launchers(ServerProcesses(state_dir), {"state_dir": state_dir})
         launcher = by_name.get(recorded.get("launcher"), by_name[launchers.DEFAULT_LAUNCHER])
         try:
-            return launcher.kill(name, recorded_at_start), None
+            killed = launcher.kill(name, recorded_at_start)
         except launchers.LauncherError as exc:
             return [], str(exc)
+        if not killed:
+            # Said, never silent: a stalled server reported without a kill and without a reason would be read as
+            # killed.
+            state = "still runs" if procfs.pid_alive(pid, recorded_starttime(recorded_at_start)) else "is gone"
+            return [], f"no process of {name} was found to kill (its pid {pid} {state})"
+        return killed, None
     finally:
         release_host_lock(lock_fd)
 
