@@ -38,10 +38,6 @@ FAKEGPU = os.path.join(SIMULATOR_DIR, "fakegpu.py")
 # The venv interpreter runs ansible (ansible-core needs Python >= 3.12) and the simulated servers (setproctitle
 # names their processes as SGLang's own).
 PYTHON = sys.executable
-# The simulated hosts' Python for the modules: the machine's own python3 where there is one, as on a GPU host or in an
-# LXC container - on Debian a build with optimizations, in which a module call costs about a third less CPU than in a
-# source-built interpreter without them (pyenv's): the integration tier took 15 % less CPU.
-HOST_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else PYTHON
 BIN_DIR = os.path.dirname(PYTHON)
 TOKEN_VAR = "GPUOPS_TEST_TOKEN"
 MARKER_VAR = "GPUOPS_SGLANG_SERVER"
@@ -51,6 +47,11 @@ sys.path.insert(0, SIMULATOR_DIR)
 import fakegpu
 from sglang_simulator.dist_info import write_site
 from sglang_simulator.settings import DEFAULT_VERSION as SIMULATED_SGLANG
+
+# The simulated hosts' Python for the modules: the machine's own python3 where there is one, as on a GPU host or in an
+# LXC container - on Debian a build with optimizations, in which a module call costs about a third less CPU than in a
+# source-built interpreter without them (pyenv's): the integration tier took 15 % less CPU.
+HOST_PYTHON = fakegpu.MACHINE_PYTHON
 
 
 def _environ(pid):
