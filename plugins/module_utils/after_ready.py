@@ -3,7 +3,8 @@
 """What the wait's verdicts cause on the host: the processes killed, the router, last good and the journal.
 
 readiness.py observes the servers and decides their states; this acts on the decisions. A server decided
-stalled is killed at once (kill_stalled), in the slice that decides it. Once every server is decided, in the
+stalled, or crashed with its main process still running after the crash, is killed at once (kill_stuck), in the
+slice that decides it. Once every server is decided, in the
 last slice of a wait outside check mode, a ready server is added back to the router it is owed to (its state
 file's ``router_add``) and its script becomes its last good configuration; every server's outcome, ready or
 not, is appended to the run journal. Kept apart so that neither changes with the other: a new readiness rule
@@ -54,28 +55,30 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_install impor
     server_versions,
 )
 
-# A stalled server is killed only under the host lock; a call that holds it longer is acting on it.
-STALL_KILL_LOCK_SECONDS = 5
+# A stuck server is killed only under the host lock; a call that holds it longer is acting on it.
+KILL_LOCK_SECONDS = 5
 # A server reached after the router deadline shared by all still gets one look at its add job.
 ROUTER_LAST_LOOK_SECONDS = 0.2
 
 
-def stall_kill(options, name, pid, action, recorded_at_start):
-    """``(killed pids, why not killed)`` for a stalled server; ``recorded_at_start``: its state file as the wait found
-    it, None when that records another process."""
-    if action == "unchanged":  # its silence is no fault of the run: reported, never killed
+def kill_stuck(options, name, pid, action, recorded_at_start):
+    """``(killed pids, why not killed)`` for a server stuck where it failed: stalled, or crashed while its main process
+    still runs after CRASH_GRACE_SECONDS (SGLang kills its own tree at once after a crash; one that lingers is stuck,
+    holding its GPUs, and a later run would take it for running). ``recorded_at_start``: its state file as the wait
+    found it, None when that records another process."""
+    if action == "unchanged":  # its fault is not the run's: reported, never killed
         return [], "this run left it unchanged"
     if not options["kill_stalled"]:
         # Left as found for inspection (py-spy, the log); check mode kills nothing and says nothing of it.
         return [], None if options["check_mode"] else "kill_stalled is false"
-    return _kill_stalled(options["state_dir"], name, pid, recorded_at_start)
+    return _kill(options["state_dir"], name, pid, recorded_at_start)
 
 
-def _kill_stalled(state_dir, name, pid, recorded_at_start):
+def _kill(state_dir, name, pid, recorded_at_start):
     """``(killed pids, why not killed)``: under the host lock, and only while the state file still records
     the process this wait watches (another run may have replaced the server since this slice began)."""
     try:
-        lock_fd, _waited = acquire_host_lock(state_dir, STALL_KILL_LOCK_SECONDS)
+        lock_fd, _waited = acquire_host_lock(state_dir, KILL_LOCK_SECONDS)
     except LockTimeout:
         return [], "another call holds the host lock, it may be relaunching this server"
     try:
@@ -90,7 +93,7 @@ def _kill_stalled(state_dir, name, pid, recorded_at_start):
         except launchers.LauncherError as exc:
             return [], str(exc)
         if not killed:
-            # Said, never silent: a stalled server reported without a kill and without a reason would be read as
+            # Said, never silent: a stuck server reported without a kill and without a reason would be read as
             # killed.
             state = "still runs" if procfs.pid_alive(pid, recorded_starttime(recorded_at_start)) else "is gone"
             return [], f"no process of {name} was found to kill (its pid {pid} {state})"

@@ -283,8 +283,8 @@ class ServerTracker:
                                            "line": f"health {self._options['health_path']} answered 200"})
         elif state.names_phase_reached:
             report["phase"], report["component"] = self.log.phase_reached()
-        if status == "stalled":
-            report["killed_pids"], report["not_killed"] = after_ready.stall_kill(
+        if status == "stalled" or details.get("outlived_crash"):
+            report["killed_pids"], report["not_killed"] = after_ready.kill_stuck(
                 self._options, self.name, self.pid, self.action, self._recorded)
         report["msg"] = self.explain(report, now, **details, **context)
         self.result = report

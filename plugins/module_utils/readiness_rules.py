@@ -119,7 +119,8 @@ def crashed_in_log(observation):
         return None
     seen_at = observation.now if observation.crash_seen_at is None else observation.crash_seen_at
     if observation.snapshot or observation.now - seen_at >= CRASH_GRACE_SECONDS:
-        return Verdict("crashed")
+        # Its main process still running now is stuck, not dying (see after_ready.kill_stuck).
+        return Verdict("crashed", {"outlived_crash": bool(observation.main_alive)})
     return None
 
 
@@ -256,17 +257,20 @@ def _crashed(facts):
         text += f"; it no longer answers {facts['health_path']}: {facts['no_longer_answers']}"
     if facts.get("ready_after") is not None:
         text += f" (it was ready after {facts['ready_after']} s, but not at the end of the wait)"
+    if facts.get("outlived_crash"):
+        text += f"; its main process {facts['pid']} outlived the crash" + _killed(facts)
     return text
 
 
 def _stalled(facts):
-    text = (f"{facts['name']} stalled in {_phase(facts)}: no log output for {facts['silent_for']:.0f} s; "
-            f"last line: {facts['last_activity_line']}")
+    return (f"{facts['name']} stalled in {_phase(facts)}: no log output for {facts['silent_for']:.0f} s; "
+            f"last line: {facts['last_activity_line']}" + _killed(facts))
+
+
+def _killed(facts):
     if facts.get("killed_pids"):
-        text += f"; killed pids {', '.join(str(pid) for pid in facts['killed_pids'])}"
-    elif facts.get("not_killed"):
-        text += f"; not killed: {facts['not_killed']}"
-    return text
+        return f"; killed pids {', '.join(str(pid) for pid in facts['killed_pids'])}"
+    return f"; not killed: {facts['not_killed']}" if facts.get("not_killed") else ""
 
 
 def _timed_out(facts):

@@ -127,6 +127,10 @@ options:
     description:
       - Kill a stalled server with SIGKILL, its process group and every process carrying its ownership marker
         (also schedulers orphaned to PID 1), so its GPUs are freed. The task then reports a change.
+      - The same for a crashed server whose main process still runs 3 s after its log showed the crash. SGLang
+        kills its own tree at once after a crash, so one that lingers is stuck, holds its GPUs, and would be taken
+        for running by the next relaunch.
+      - A server this run left unchanged is never killed.
     type: bool
     default: false
   progress_interval:
@@ -297,12 +301,13 @@ servers:
       description: Last health answer, C(status) (HTTP status, null when unreachable) and C(error).
       type: dict
     killed_pids:
-      description: Pids killed because the server stalled (O(kill_stalled)).
+      description: Pids killed because the server stalled, or crashed and its main process lived on (O(kill_stalled)).
       type: list
       elements: int
     not_killed:
       description:
-        - Why a stalled server was not killed - V(kill_stalled is false), this run left it unchanged, another call
+        - Why a stalled server, or a crashed one whose main process lived on, was not killed -
+          V(kill_stalled is false), this run left it unchanged, another call
           held the host lock (it may be relaunching the server), or another run replaced it; null otherwise.
       type: str
     msg:

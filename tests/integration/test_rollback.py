@@ -178,7 +178,8 @@ def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host, mo
     assert failing.rc != 0
     assert server_actions(failing) == [{"a0": "relaunched", "a1": "deferred"}, {"a1": "relaunched"}]
     os.rename(os.path.join(model_dir, "config.json.away"), os.path.join(model_dir, "config.json"))
-    assert sim_host.run("relaunch", {"sglang_servers": renamed}).rc == 0, "both serve again"
+    again = sim_host.run("relaunch", {"sglang_servers": renamed})
+    assert again.rc == 0, again.stdout
 
     # The ports move up by one: a1's process holds the canary's new port, so a1 cannot wait - both go at once.
     moved = [dict(server, port=sim_host.port(index + 1)) for index, server in enumerate(renamed)]

@@ -129,16 +129,17 @@ def watch_deaths(state_dir, names):
 
 
 def test_startup_faults_fail_fast_with_summary_and_traceback_while_others_get_ready(
-        ansible, host_args, make_server, draft_model):
+        ansible, host_args, make_server, draft_model, wait_until):
     servers = [
         make_server("healthy", [0], time_scale=0.3),
         add_flags(make_server("draft", [1], fault="draft_crash"),
                   "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft_model),
         make_server("oom", [2], fault="oom_load"),
         make_server("nccl", [3], fault="nccl_error"),
+        make_server("stuck", [4], fault="nccl_error,stuck_after_crash"),
     ]
 
-    result, progress = launch_and_wait(ansible, host_args, servers, stall_timeout=30)
+    result, progress = launch_and_wait(ansible, host_args, servers, stall_timeout=30, kill_stalled=True)
 
     assert result["failed"]
     assert result["ready"] == ["healthy"]
@@ -149,6 +150,7 @@ def test_startup_faults_fail_fast_with_summary_and_traceback_while_others_get_re
         "draft": ("loading_weights", "AssertionError: Attempted to load weight (torch.Size([4096, 12288]))"),
         "oom": ("loading_weights", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
         "nccl": ("initializing", "RuntimeError: NCCL error: unhandled system error"),
+        "stuck": ("initializing", "RuntimeError: NCCL error: unhandled system error"),
     }
     for name, (phase, summary) in expected.items():
         report = reports[name]
@@ -161,6 +163,14 @@ def test_startup_faults_fail_fast_with_summary_and_traceback_while_others_get_re
         assert f"{name} crashed in {phase}" in result["msg"]
         assert summary in result["msg"]
     assert "crashed in" in progress[-1]
+    # Its main process did not kill its tree after the crash (SGLang's does, at once): stuck, holding its GPU, and
+    # a later relaunch would take it for running - killed.
+    stuck = reports["stuck"]
+    assert stuck["killed_pids"] and stuck["pid"] in stuck["killed_pids"], stuck["msg"]
+    assert f"; its main process {stuck['pid']} outlived the crash; killed pids " in stuck["msg"]
+    assert result["changed"]
+    owner = ServerProcesses(host_args["state_dir"])
+    wait_until(lambda: not owner.of_server("stuck")[0], what="the stuck server's processes gone")
 
 
 def test_crash_detection_delay_is_measured(ansible, host_args, make_server):

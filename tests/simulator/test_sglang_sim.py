@@ -286,6 +286,14 @@ def test_crash_after_ready(launch):
     assert re.search(SIGQUIT_LINE, log, re.MULTILINE)
 
 
+def test_a_main_process_stuck_after_a_crash_lives_on_with_its_schedulers(launch):
+    server = launch(env={"SGLANG_SIM_FAULT": "nccl_error,stuck_after_crash"})
+    server.wait_log(SIGQUIT_LINE)
+    with pytest.raises(subprocess.TimeoutExpired):  # what a real one does at once: kill its tree and itself
+        server.popen.wait(timeout=1)
+    assert server.children(), "its schedulers live on too"
+
+
 def test_orphaned_schedulers_survive_parent_sigkill(launch):
     server = launch("--tp-size", "2", env={"SGLANG_SIM_FAULT": "orphan_scheduler"})
     server.wait_ready()

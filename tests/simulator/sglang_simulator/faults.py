@@ -62,6 +62,9 @@ _ROWS = [
     Fault("orphan_scheduler", "launch: forking the schedulers (Server.launch_subprocesses)",
           "the schedulers start their own session, without the parent-death signal, and outlive the launcher "
           "(as in sglang #23627)", None),
+    Fault("stuck_after_crash", "a child's failure (Server.on_sigquit)",
+          "the main process logs the sigquit line but never kills its tree (stuck, as in an uninterruptible driver "
+          "call): it and its schedulers live on, holding their GPU memory, until killed", None),
     Fault("ignore_sigterm", "the whole life of the main process (Server.run, Server.serve_http)",
           "SIGTERM is ignored from the start (no drain): only SIGKILL or a failing child ends the server", None),
     Fault("scheduler_ignores_shutdown", "v0.5.23's shutdown after the drain (Server.shutdown_v0_5_23)",

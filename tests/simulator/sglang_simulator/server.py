@@ -124,6 +124,8 @@ class Server:
             self.log.error("Received sigquit from a child process. It usually means the child failed.")
         else:
             self.log.error(f"SIGQUIT received. signum={signum!r}, frame={frame!r}. It usually means one child failed.")
+        if "stuck_after_crash" in self.sim.faults:
+            sleep_forever()
         kill_process_tree()
 
     def on_sigterm(self, signum, frame):

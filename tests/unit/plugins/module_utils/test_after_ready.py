@@ -18,5 +18,5 @@ def test_a_stalled_server_whose_processes_are_gone_is_reported_not_killed_with_w
     recorded = {"pid": process.pid, "pgid": process.pid, "pid_starttime": starttime, "launcher": "detached"}
     write_state(str(tmp_path), "s1", recorded)
     options = {"state_dir": str(tmp_path), "kill_stalled": True, "check_mode": False}
-    assert after_ready.stall_kill(options, "s1", process.pid, "relaunched", recorded) == (
+    assert after_ready.kill_stuck(options, "s1", process.pid, "relaunched", recorded) == (
         [], f"no process of s1 was found to kill (its pid {process.pid} is gone)")

@@ -113,7 +113,11 @@ def test_a_crash_line_waits_crash_grace_seconds_unless_in_a_snapshot():
     assert status(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, **crashed)) == "crashed"
     assert status(look(crash_seen_at=None, snapshot=True, **crashed)) == "crashed"
     verdict = decide(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, **crashed), WAIT_RULES)
-    assert dict(verdict.details) == {}, "the process still runs: no exit status, not gone"
+    # SGLang kills its tree at once after a crash: a main process that still runs after the grace is stuck.
+    assert dict(verdict.details) == {"outlived_crash": True}, "no exit status, not gone"
+    verdict = decide(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, pid=None, recorded_pid=None, main_alive=None,
+                          **crashed), WAIT_RULES)
+    assert dict(verdict.details) == {"outlived_crash": False}, "no process to look at"
 
 
 def test_a_stall_needs_a_probe_sent_after_the_silence_was_noticed():
@@ -204,6 +208,11 @@ def test_crashed_says_the_phase_exit_status_and_error_or_that_the_process_is_gon
                ready_after=61.3) == (
         "gpu7 crashed in loading_weights: torch.OutOfMemoryError: CUDA out of memory.; it no longer answers "
         "/health_generate: connection refused (it was ready after 61.3 s, but not at the end of the wait)")
+    assert say("crashed", error=OOM, outlived_crash=True, killed_pids=[42, 43]) == (
+        "gpu7 crashed in loading_weights: torch.OutOfMemoryError: CUDA out of memory.; its main process 42 outlived "
+        "the crash; killed pids 42, 43")
+    assert say("crashed", error=OOM, outlived_crash=True, not_killed="this run left it unchanged").endswith(
+        "; its main process 42 outlived the crash; not killed: this run left it unchanged")
 
 
 def test_stalled_says_how_long_the_log_was_silent_its_last_line_and_what_was_killed():
