@@ -18,6 +18,9 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.display import Display
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.payload_cache import (
+    KeptPayloads,
+)
 
 display = Display()
 
@@ -68,11 +71,17 @@ class PipelinedAction(ActionBase):
         # While it is set, the one command given stdin is the module run itself: pipelined, ActionBase makes
         # no temp dir (and interpreter discovery sends no stdin).
         self._module_on_stdin = (shown, path) if path != TEMP_FILES else None
+        # The payload an earlier run built from the same sources, instead of building it again (payload_cache).
+        payloads = KeptPayloads.of_this_run()
+        if payloads:
+            payloads.seed()
         try:
             result = super()._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars,
                                              wrap_async=wrap_async, **kwargs)
         finally:
             self._module_on_stdin = None
+            if payloads:
+                payloads.keep()
         if path == PIPELINED_HERE and "module_stdout" in result:  # no JSON came back
             self._raise_if_host_runs_nothing(result)
         return result

@@ -52,6 +52,9 @@ from sglang_simulator.settings import DEFAULT_VERSION as SIMULATED_SGLANG
 # LXC container - on Debian a build with optimizations, in which a module call costs about a third less CPU than in a
 # source-built interpreter without them (pyenv's): the integration tier took 15 % less CPU.
 HOST_PYTHON = fakegpu.MACHINE_PYTHON
+# One local temp base for every ansible-playbook of the suite (each run makes its own directory in it): the payloads
+# of our modules are built once for all the tests and xdist workers, not once per test (plugin_utils/payload_cache.py).
+ANSIBLE_LOCAL_TEMP = os.path.join(REPO_ROOT, ".work", "ansible-local-tmp")
 
 
 def _environ(pid):
@@ -323,7 +326,7 @@ class Ansible:
             TOKEN_VAR: token,
             "ANSIBLE_CONFIG": os.path.join(REPO_ROOT, "ansible.cfg"),
             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-            "ANSIBLE_LOCAL_TEMP": os.path.join(workdir, "local-tmp"),
+            "ANSIBLE_LOCAL_TEMP": ANSIBLE_LOCAL_TEMP,
             "ANSIBLE_NOCOLOR": "1",
         })
         self.env.pop(MARKER_VAR, None)
@@ -460,7 +463,7 @@ class SimHost:
             "hosts": {name: self.host_vars}}}}}))
         self.runs = 0
         self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                        ANSIBLE_LOCAL_TEMP=str(self.dir / "ansible-tmp"), **{TOKEN_VAR: token})
+                        ANSIBLE_LOCAL_TEMP=ANSIBLE_LOCAL_TEMP, **{TOKEN_VAR: token})
         self.env.pop("GPUOPS_SGLANG_SERVER", None)
 
     def port(self, index):

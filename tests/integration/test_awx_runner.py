@@ -119,7 +119,6 @@ class AwxJob:
              "suppress_ansible_output": True}))
         envvars = {key: value for key, value in sim_host.env.items() if key.startswith(("ANSIBLE_", "GPUOPS_"))}
         envvars["PATH"] = BIN_DIR + os.pathsep + os.environ["PATH"]
-        envvars["ANSIBLE_LOCAL_TEMP"] = str(self.dir / "ansible-tmp")
         (self.dir / "env" / "envvars").write_text(yaml.safe_dump(envvars))
         self.playbook = playbook
         self.events = []

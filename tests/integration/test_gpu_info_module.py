@@ -1,5 +1,11 @@
 """gpuops.sglang.gpu_info through ansible-playbook against a fake GPU host."""
 
+import os
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils.payload_cache import (
+    sources_digest,
+)
+
 MODULE = "gpuops.sglang.gpu_info"
 
 
@@ -53,3 +59,19 @@ def test_missing_binary_fails_clearly(ansible, fake_gpus, tmp_path):
     result = ansible.module(MODULE, gpu_args(fake_gpus, nvidia_smi="nvidia-smi-not-installed"))
     assert result["failed"]
     assert "nvidia-smi not found: no 'nvidia-smi-not-installed' in PATH" in result["msg"]
+
+
+def test_a_payload_is_built_once_and_kept_for_the_next_run_of_the_same_sources(ansible, fake_gpus, tmp_path):
+    # A local temp base of its own (nothing kept yet); ANSIBLE_DEBUG: Ansible says when it builds a module's payload.
+    local_tmp = tmp_path / "local-tmp"
+    ansible.env = dict(ansible.env, ANSIBLE_LOCAL_TEMP=str(local_tmp), ANSIBLE_DEBUG="1")
+    said = []
+    for _run in range(2):
+        run = ansible.start_module(MODULE, gpu_args(fake_gpus))
+        stdout, _stderr = run.process.communicate(timeout=120)
+        assert run.process.returncode == 0, stdout[-3000:]
+        said.append(stdout)
+    assert "ANSIBALLZ: Creating module" in said[0]
+    assert "ANSIBALLZ: using cached module" in said[1] and "ANSIBALLZ: Creating module" not in said[1]
+    [digest] = os.listdir(local_tmp / "gpuops-sglang-ansiballz")
+    assert digest == sources_digest()

@@ -1,0 +1,143 @@
+# Copyright (c) gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The AnsiballZ payloads of this collection's modules, kept from one ansible-playbook run to the next.
+
+Ansible builds a module's payload (the module and every module_utils it imports, found by compiling each of them)
+once per run, in the run's own temp dir (``C.DEFAULT_LOCAL_TMP/ansiballz_cache``), which goes at exit. For our
+modules that is about a quarter of a second of controller CPU per module and run: a relaunch of one host builds
+three, a no-op one (the hold) - against a floor of about one second for a whole playbook. Here a run seeds its
+cache with the payloads an earlier run built from the very same sources, and keeps the ones it builds for the next.
+
+Kept under the local temp base (``ANSIBLE_LOCAL_TEMP``, ``~/.ansible/tmp``), one directory per digest of what a
+payload is built from: ansible-core's version and every module and module_utils file of the collection. Any change
+to a source is another digest, so a payload of other sources is never used; the newest KEPT_DIGESTS directories stay.
+Payloads hold code only: the module's arguments travel beside them. Best effort: a cache that cannot be read or
+written leaves Ansible to build the payload as it always does.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+
+import ansible
+from ansible import constants as C
+
+# The payload files of our modules in a run's cache: "<module fqn>-<compression>-<extensions>" (module_common).
+OUR_PAYLOADS = "ansible_collections.gpuops.sglang.plugins.modules."
+CACHE_DIR_NAME = "gpuops-sglang-ansiballz"
+# A checkout whose sources change often (a developer's) leaves one directory per version; the newest few stay.
+KEPT_DIGESTS = 8
+PLUGINS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.cache
+def sources_digest(plugins_dir=PLUGINS_DIR):
+    """What every payload of ours is built from, as one digest: ansible-core's version and our modules' sources."""
+    digest = hashlib.sha256(f"ansible-core {ansible.__version__} {os.path.dirname(ansible.__file__)}".encode())
+    for kind in ("modules", "module_utils"):
+        for root, dirs, files in os.walk(os.path.join(plugins_dir, kind)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    digest.update(os.path.relpath(path, plugins_dir).encode() + b"\0")
+                    with open(path, "rb") as handle:
+                        digest.update(handle.read() + b"\0")
+    return digest.hexdigest()
+
+
+class KeptPayloads:
+    """This run's payload cache and the kept payloads of the same sources: ``seed`` before a module call, ``keep``
+    after it."""
+
+    def __init__(self, run_dir, kept):
+        self.run_dir = run_dir
+        self.kept = kept
+
+    @classmethod
+    def of_this_run(cls):
+        """None when the sources cannot be read (nothing is kept then)."""
+        try:
+            digest = sources_digest()
+        except OSError:
+            return None
+        return cls(os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"),
+                   os.path.join(os.path.dirname(C.DEFAULT_LOCAL_TMP), CACHE_DIR_NAME, digest))
+
+    def seed(self):
+        """Copy the kept payloads this run has not built yet into its cache, where Ansible looks first."""
+        if not _owned_by_us(self.kept):
+            return
+        missing = _ours(self.kept) - _ours(self.run_dir)
+        if not missing:
+            return
+        try:
+            os.makedirs(self.run_dir, exist_ok=True)
+        except OSError:
+            return
+        for name in missing:
+            _copy(self.kept, self.run_dir, name)
+
+    def keep(self):
+        """Keep the payloads this run built that are not kept yet; the first of new sources prunes the oldest."""
+        new = _ours(self.run_dir) - _ours(self.kept)
+        if not new:
+            return
+        first = not os.path.isdir(self.kept)
+        try:
+            os.makedirs(self.kept, mode=0o700, exist_ok=True)
+        except OSError:
+            return
+        if not _owned_by_us(self.kept):
+            return
+        for name in new:
+            _copy(self.run_dir, self.kept, name)
+        if first:
+            prune(os.path.dirname(self.kept))
+
+
+def _ours(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return set()
+    return {name for name in names if name.startswith(OUR_PAYLOADS) and not name.endswith(".lock")}
+
+
+def _copy(source_dir, target_dir, name):
+    """Copy one payload so that nobody reads it half written (a temp file, then a rename)."""
+    try:
+        handle, temp_path = tempfile.mkstemp(dir=target_dir, prefix=".partial-")
+    except OSError:
+        return
+    try:
+        with os.fdopen(handle, "wb") as target, open(os.path.join(source_dir, name), "rb") as source:
+            shutil.copyfileobj(source, target)
+        os.replace(temp_path, os.path.join(target_dir, name))
+    except OSError:
+        try:
+            os.unlink(temp_path)
+        except OSError:
+            pass
+
+
+def _owned_by_us(directory):
+    try:
+        return os.stat(directory).st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def prune(cache_root, kept_digests=KEPT_DIGESTS):
+    """Remove all but the newest ``kept_digests`` directories of payloads."""
+    try:
+        entries = [os.path.join(cache_root, name) for name in os.listdir(cache_root)]
+        entries.sort(key=os.path.getmtime, reverse=True)
+    except OSError:
+        return
+    for stale in entries[kept_digests:]:
+        shutil.rmtree(stale, ignore_errors=True)
