@@ -39,13 +39,15 @@ requirements:
 """
 
 import atexit
-import importlib
 
 from ansible import constants as C
 from ansible import context
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible.vars.clean import strip_internal_keys
+from ansible_collections.gpuops.sglang.plugins.filter.sglang import (
+    import_all as import_filter_code,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.failure_text import (
     SHOW_EVERYTHING_VERBOSITY,
     failure_sentence,
@@ -56,11 +58,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.sliced import (
     PROGRESS_ACTIONS,
 )
 
-# The controller code behind the collection's filters, imported once here, in ansible-playbook itself: every task runs
-# in a fork of it and inherits them, where each task's worker imported them again before (0.3-0.4 s of a no-op's
-# controller CPU; docs/performance.md). Other stdout callbacks (AWX's) just don't save it.
-for _module in ("role_options", "topology", "launch_script", "report", "groups"):
-    importlib.import_module("ansible_collections.gpuops.sglang.plugins.plugin_utils." + _module)
+# As the callback gpuops.sglang.preload does: every task's fork inherits the filters' controller code.
+import_filter_code()
 
 # Off at verbosity 0, for a short run; -v shows every task.
 _QUIET_OPTIONS = ("display_ok_hosts", "display_skipped_hosts", "display_included_hosts")

@@ -442,6 +442,7 @@ def test_ansible_builder_creates_a_valid_build_context(ee_context):
     # This collection is installed after the introspection, from the tarball in the context.
     final = containerfile.split("FROM base AS final")[1]
     assert "ansible-galaxy collection install --offline --no-deps" in final
+    assert "ENV ANSIBLE_CALLBACKS_ENABLED=gpuops.sglang.preload" in final
     tarballs = os.listdir(context / "_build" / "collection")
     assert tarballs == [f"gpuops-sglang-{load_yaml(os.path.join(REPO_ROOT, 'galaxy.yml'))['version']}.tar.gz"]
     galaxy = load_yaml(context / "_build" / "requirements.yml")
