@@ -141,7 +141,8 @@ class HealthProbe:
 
 class ServerTracker:
     """Watches one server for the wait: one ``Observation`` per look (log, /proc, health probe), decided by
-    ``WAIT_RULES``; the verdict becomes the server's report (and a stalled server is killed with kill_stalled)."""
+    ``WAIT_RULES``; the verdict becomes the server's report (and with kill_stalled a stalled server is killed, and a
+    crashed one whose main process outlived the crash)."""
 
     def __init__(self, spec, options, carried, now):
         self.name = spec["name"]

@@ -118,9 +118,10 @@ def crashed_in_log(observation):
     if observation.log_phase != "crashed":
         return None
     seen_at = observation.now if observation.crash_seen_at is None else observation.crash_seen_at
-    if observation.snapshot or observation.now - seen_at >= CRASH_GRACE_SECONDS:
-        # Its main process still running now is stuck, not dying (see after_ready.kill_stuck).
-        return Verdict("crashed", {"outlived_crash": bool(observation.main_alive)})
+    graced = observation.now - seen_at >= CRASH_GRACE_SECONDS
+    if observation.snapshot or graced:
+        # Its main process still running after the grace is stuck, not dying (see after_ready.kill_stuck).
+        return Verdict("crashed", {"outlived_crash": bool(observation.main_alive) and graced})
     return None
 
 
@@ -340,7 +341,7 @@ STATES = {
     "ready": State(decided=True, ready=True, failing=False, names_phase_reached=False, sentence=_ready,
                    progress=None),
     "crashed": State(decided=True, ready=False, failing=True, names_phase_reached=True, sentence=_crashed,
-                     progress="{name} crashed in {phase}"),
+                     progress="{name} crashed in {phase}{killed}"),
     "stalled": State(decided=True, ready=False, failing=True, names_phase_reached=True, sentence=_stalled,
                      progress="{name} stalled in {phase}{killed}"),
     "timeout": State(decided=True, ready=False, failing=True, names_phase_reached=False, sentence=_timed_out,

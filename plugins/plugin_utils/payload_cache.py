@@ -10,9 +10,11 @@ cache with the payloads an earlier run built from the very same sources, and kee
 
 Kept under the local temp base (``ANSIBLE_LOCAL_TEMP``, ``~/.ansible/tmp``), one directory per digest of what a
 payload is built from: ansible-core's version and every module and module_utils file of the collection. Any change
-to a source is another digest, so a payload of other sources is never used; the newest KEPT_DIGESTS directories stay.
-Payloads hold code only: the module's arguments travel beside them. Best effort: a cache that cannot be read or
-written leaves Ansible to build the payload as it always does.
+to a source is another digest, so a payload of other sources is never used: only what a call built is kept, and only
+while the sources still have the digest the call began with. The newest KEPT_DIGESTS directories stay.
+Payloads hold code only (the module's arguments travel beside them), which Ansible unpickles and runs on the hosts:
+the cache is used only where this user alone can write it (owned, mode 0700, no symlink), else Ansible builds the
+payload as it always does - as it does whenever the cache cannot be read or written.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import functools
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 
 import ansible
@@ -54,9 +57,14 @@ class KeptPayloads:
     """This run's payload cache and the kept payloads of the same sources: ``seed`` before a module call, ``keep``
     after it."""
 
-    def __init__(self, run_dir, kept):
+    def __init__(self, run_dir, kept, digest_now=None):
         self.run_dir = run_dir
         self.kept = kept
+        # What the sources' digest is when the call ends (None: unchecked); a payload built across an edit of them is
+        # not kept.
+        self._digest_now = digest_now
+        # The run's payloads before the call: only what the call built is kept (older ones may be of older sources).
+        self._before = _ours(run_dir)
 
     @classmethod
     def of_this_run(cls):
@@ -66,13 +74,14 @@ class KeptPayloads:
         except OSError:
             return None
         return cls(os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"),
-                   os.path.join(os.path.dirname(C.DEFAULT_LOCAL_TMP), CACHE_DIR_NAME, digest))
+                   os.path.join(os.path.dirname(C.DEFAULT_LOCAL_TMP), CACHE_DIR_NAME, digest),
+                   sources_digest.__wrapped__)
 
     def seed(self):
         """Copy the kept payloads this run has not built yet into its cache, where Ansible looks first."""
-        if not _owned_by_us(self.kept):
+        if not (_private(os.path.dirname(self.kept)) and _private(self.kept)):
             return
-        missing = _ours(self.kept) - _ours(self.run_dir)
+        missing = _ours(self.kept) - self._before
         if not missing:
             return
         try:
@@ -81,23 +90,34 @@ class KeptPayloads:
             return
         for name in missing:
             _copy(self.kept, self.run_dir, name)
+        self._before |= missing
 
     def keep(self):
-        """Keep the payloads this run built that are not kept yet; the first of new sources prunes the oldest."""
-        new = _ours(self.run_dir) - _ours(self.kept)
-        if not new:
+        """Keep the payloads this call built that are not kept yet; the first of new sources prunes the oldest."""
+        new = _ours(self.run_dir) - self._before - _ours(self.kept)
+        if not new or not self._same_sources():
             return
+        root = os.path.dirname(self.kept)
         first = not os.path.isdir(self.kept)
         try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
             os.makedirs(self.kept, mode=0o700, exist_ok=True)
         except OSError:
             return
-        if not _owned_by_us(self.kept):
+        if not (_private(root) and _private(self.kept)):
             return
         for name in new:
             _copy(self.run_dir, self.kept, name)
         if first:
-            prune(os.path.dirname(self.kept))
+            prune(root)
+
+    def _same_sources(self):
+        if self._digest_now is None:
+            return True
+        try:
+            return self._digest_now() == os.path.basename(self.kept)
+        except OSError:
+            return False
 
 
 def _ours(directory):
@@ -105,7 +125,8 @@ def _ours(directory):
         names = os.listdir(directory)
     except OSError:
         return set()
-    return {name for name in names if name.startswith(OUR_PAYLOADS) and not name.endswith(".lock")}
+    # Not Ansible's lock files, nor its "-part" files being written.
+    return {name for name in names if name.startswith(OUR_PAYLOADS) and not name.endswith((".lock", "-part"))}
 
 
 def _copy(source_dir, target_dir, name):
@@ -125,11 +146,13 @@ def _copy(source_dir, target_dir, name):
             pass
 
 
-def _owned_by_us(directory):
+def _private(directory):
+    """A directory (not a link to one) that only this user can write to or read."""
     try:
-        return os.stat(directory).st_uid == os.getuid()
+        status = os.lstat(directory)
     except OSError:
         return False
+    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o077
 
 
 def prune(cache_root, kept_digests=KEPT_DIGESTS):

@@ -118,6 +118,8 @@ def test_a_crash_line_waits_crash_grace_seconds_unless_in_a_snapshot():
     verdict = decide(look(crash_seen_at=NOW - CRASH_GRACE_SECONDS, pid=None, recorded_pid=None, main_alive=None,
                           **crashed), WAIT_RULES)
     assert dict(verdict.details) == {"outlived_crash": False}, "no process to look at"
+    verdict = decide(look(crash_seen_at=None, snapshot=True, **crashed), WAIT_RULES)
+    assert dict(verdict.details) == {"outlived_crash": False}, "a snapshot does not wait the grace: it may be dying"
 
 
 def test_a_stall_needs_a_probe_sent_after_the_silence_was_noticed():

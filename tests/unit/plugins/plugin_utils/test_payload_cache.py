@@ -9,6 +9,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils.payload_cache import
 
 HOLD = "ansible_collections.gpuops.sglang.plugins.modules.host_lock-ZIP_DEFLATED-none"
 WAIT = "ansible_collections.gpuops.sglang.plugins.modules.wait-ZIP_DEFLATED-none"
+SERVER = "ansible_collections.gpuops.sglang.plugins.modules.server-ZIP_DEFLATED-none"
 PING = "ansible.modules.ping-ZIP_DEFLATED-none"
 
 
@@ -36,9 +37,16 @@ def test_the_digest_changes_with_any_module_or_module_utils_source_and_nothing_e
     assert sources_digest() == sources_digest(payload_cache.PLUGINS_DIR), "this collection's own"
 
 
-def payloads(tmp_path):
+def payloads(tmp_path, digest_now=None):
     run_dir, kept = tmp_path / "ansible-local-1" / "ansiballz_cache", tmp_path / "kept" / "digest"
-    return KeptPayloads(str(run_dir), str(kept)), run_dir, kept
+    return KeptPayloads(str(run_dir), str(kept), digest_now), run_dir, kept
+
+
+def private_dir(path):
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in (path.parent, path):
+        directory.chmod(0o700)
+    return path
 
 
 def test_a_run_keeps_the_payloads_of_our_modules_it_built_and_the_next_run_finds_them(tmp_path):
@@ -60,16 +68,56 @@ def test_a_run_keeps_the_payloads_of_our_modules_it_built_and_the_next_run_finds
 
 
 def test_a_payload_the_run_has_is_not_replaced_and_a_new_one_joins_the_kept(tmp_path):
-    cache, run_dir, kept = payloads(tmp_path)
-    kept.mkdir(parents=True)
-    (kept / HOLD).write_bytes(b"kept")
+    run_dir = tmp_path / "ansible-local-1" / "ansiballz_cache"
     run_dir.mkdir(parents=True)
     (run_dir / HOLD).write_bytes(b"built by this run")
+    cache, _run_dir, kept = payloads(tmp_path)
+    private_dir(kept)
+    (kept / HOLD).write_bytes(b"kept")
     cache.seed()
     assert (run_dir / HOLD).read_bytes() == b"built by this run"
     (run_dir / WAIT).write_bytes(b"wait")
+    (run_dir / f"{WAIT}-part").write_bytes(b"being written")
     cache.keep()
     assert sorted(os.listdir(kept)) == sorted([HOLD, WAIT]) and (kept / HOLD).read_bytes() == b"kept"
+
+
+def test_only_what_a_call_built_while_the_sources_kept_their_digest_is_kept(tmp_path):
+    run_dir = tmp_path / "ansible-local-1" / "ansiballz_cache"
+    run_dir.mkdir(parents=True)
+    # Built by an earlier task of the run - perhaps from the sources before an edit: not this call's to keep.
+    (run_dir / HOLD).write_bytes(b"older")
+    cache, _run_dir, kept = payloads(tmp_path, digest_now=lambda: "digest")
+    (run_dir / WAIT).write_bytes(b"built by this call")
+    cache.keep()
+    assert os.listdir(kept) == [WAIT]
+
+    edited, _run_dir, _kept = payloads(tmp_path, digest_now=lambda: "another digest")
+    (run_dir / SERVER).write_bytes(b"built while the sources changed")
+    edited.keep()
+    assert os.listdir(kept) == [WAIT]
+
+
+def test_a_cache_another_user_could_write_is_neither_used_nor_filled(tmp_path):
+    cache, run_dir, kept = payloads(tmp_path)
+    private_dir(kept)
+    (kept / HOLD).write_bytes(b"planted?")
+    kept.parent.chmod(0o777)
+    cache.seed()
+    assert not run_dir.exists()
+    run_dir.mkdir(parents=True)
+    (run_dir / WAIT).write_bytes(b"wait")
+    cache.keep()
+    assert os.listdir(kept) == [HOLD]
+
+    kept.parent.chmod(0o700)
+    elsewhere = private_dir(tmp_path / "elsewhere" / "digest")
+    (elsewhere / HOLD).write_bytes(b"through a link")
+    linked, linked_run_dir, _kept = payloads(tmp_path / "linked")
+    private_dir(tmp_path / "linked" / "kept")
+    os.symlink(elsewhere, tmp_path / "linked" / "kept" / "digest")
+    linked.seed()
+    assert not linked_run_dir.exists()
 
 
 def test_only_the_newest_digests_stay(tmp_path):

@@ -25,9 +25,11 @@ def test_format_wait_progress_names_stalled_killed_and_timed_out_servers():
         report("a", "stalled", "capturing_cuda_graph", killed_pids=[41, 42]),
         report("b", "timeout", "warming_up"),
         report("c", "waiting", "ready"),
+        report("d", "crashed", "initializing", killed_pids=[43]),  # its main process outlived the crash
     ]
     assert format_wait_progress("h", reports) == (
-        "h: 0/3 ready | a stalled in capturing cuda graph (killed) | b timed out in warming up | c up, health pending")
+        "h: 0/4 ready | a stalled in capturing cuda graph (killed) | b timed out in warming up | c up, health pending"
+        " | d crashed in initializing (killed)")
 
 
 def test_wait_progress_says_how_long_a_server_has_been_silent():
