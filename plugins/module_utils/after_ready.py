@@ -4,12 +4,11 @@
 
 readiness.py observes the servers and decides their states; this acts on the decisions. A server decided
 stalled, or crashed with its main process still running after the crash, is killed at once (kill_stuck), in the
-slice that decides it. Once every server is decided, in the
-last slice of a wait outside check mode, a ready server is added back to the router it is owed to (its state
-file's ``router_add``) and its script becomes its last good configuration; every server's outcome, ready or
-not, is appended to the run journal. Kept apart so that neither changes with the other: a new readiness rule
-never touches the router, last good or the journal, and a new consequence of a verdict never touches the
-watching.
+slice that decides it. Once every server is decided, in the last slice of a wait outside check mode, a ready
+server is added back to the router it is owed to (its state file's ``router_add``) and its script becomes its
+last good configuration; every server's outcome, ready or not, is appended to the run journal. Kept apart so
+that neither changes with the other: a new readiness rule never touches the router, last good or the journal,
+and a new consequence of a verdict never touches the watching.
 
 The end of the wait works on its server trackers (readiness.ServerTracker): their ``result`` (the report,
 which gains ``router``, ``last_good_error``, ``journal`` and ``since_last_good`` here), ``name``, ``pid``,

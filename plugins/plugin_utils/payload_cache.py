@@ -57,11 +57,10 @@ class KeptPayloads:
     """This run's payload cache and the kept payloads of the same sources: ``seed`` before a module call, ``keep``
     after it."""
 
-    def __init__(self, run_dir, kept, digest_now=None):
+    def __init__(self, run_dir, kept, digest_now):
         self.run_dir = run_dir
         self.kept = kept
-        # What the sources' digest is when the call ends (None: unchecked); a payload built across an edit of them is
-        # not kept.
+        # The sources' digest as it is when the call ends: a payload built across an edit of them is not kept.
         self._digest_now = digest_now
         # The run's payloads before the call: only what the call built is kept (older ones may be of older sources).
         self._before = _ours(run_dir)
@@ -112,8 +111,6 @@ class KeptPayloads:
             prune(root)
 
     def _same_sources(self):
-        if self._digest_now is None:
-            return True
         try:
             return self._digest_now() == os.path.basename(self.kept)
         except OSError:

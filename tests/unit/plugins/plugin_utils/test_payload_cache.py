@@ -37,7 +37,7 @@ def test_the_digest_changes_with_any_module_or_module_utils_source_and_nothing_e
     assert sources_digest() == sources_digest(payload_cache.PLUGINS_DIR), "this collection's own"
 
 
-def payloads(tmp_path, digest_now=None):
+def payloads(tmp_path, digest_now=lambda: "digest"):
     run_dir, kept = tmp_path / "ansible-local-1" / "ansiballz_cache", tmp_path / "kept" / "digest"
     return KeptPayloads(str(run_dir), str(kept), digest_now), run_dir, kept
 
@@ -61,7 +61,8 @@ def test_a_run_keeps_the_payloads_of_our_modules_it_built_and_the_next_run_finds
     assert sorted(os.listdir(kept)) == [HOLD], "ours only, never a lock or another collection's module"
     assert (kept / HOLD).read_bytes() == b"payload of " + HOLD.encode()
 
-    next_run = KeptPayloads(str(tmp_path / "next" / "ansible-local-1" / "ansiballz_cache"), str(kept))
+    next_run = KeptPayloads(str(tmp_path / "next" / "ansible-local-1" / "ansiballz_cache"), str(kept),
+                            lambda: "digest")
     next_run.seed()
     assert os.listdir(next_run.run_dir) == [HOLD]
     assert (tmp_path / "next" / "ansible-local-1" / "ansiballz_cache" / HOLD).read_bytes() == b"payload of " + HOLD.encode()
@@ -87,7 +88,7 @@ def test_only_what_a_call_built_while_the_sources_kept_their_digest_is_kept(tmp_
     run_dir.mkdir(parents=True)
     # Built by an earlier task of the run - perhaps from the sources before an edit: not this call's to keep.
     (run_dir / HOLD).write_bytes(b"older")
-    cache, _run_dir, kept = payloads(tmp_path, digest_now=lambda: "digest")
+    cache, _run_dir, kept = payloads(tmp_path)
     (run_dir / WAIT).write_bytes(b"built by this call")
     cache.keep()
     assert os.listdir(kept) == [WAIT]
