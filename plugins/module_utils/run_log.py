@@ -87,3 +87,14 @@ class RunLog:
 
     def phase_reached(self):
         return phase_reached(self.state.timeline, self.state.phase)
+
+
+def crash_of_current_run(path, launched_at, secrets=()):
+    """The error summary of the crash the log of the run launched at ``launched_at`` shows, else None: the planner's
+    question of a server whose main process still runs (read whole, as the wait reads it)."""
+    if not path:
+        return None
+    log = RunLog(path, launched_at, secrets)
+    log.read()
+    # Every way into "crashed" sets the error.
+    return log.state.error["summary"] if log.state.phase == "crashed" else None

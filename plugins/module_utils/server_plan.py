@@ -41,9 +41,10 @@ def compared_settings():
     return COMPARED_SETTINGS + launcher_settings()
 
 
-# What the host shows of one server: its state file (or None), whether any process of it lives, and the pid
-# of its main process while that is the recorded one (or the launcher's current main process), else None.
-Observed = collections.namedtuple("Observed", ["recorded", "running", "main_pid"])
+# What the host shows of one server: its state file (or None), whether any process of it lives, the pid of its
+# main process while that is the recorded one (or the launcher's current main process), else None, and the crash
+# its current run's log shows (the log's error summary) while that main process runs, else None.
+Observed = collections.namedtuple("Observed", ["recorded", "running", "main_pid", "crash"], defaults=(None,))
 # action: launched, relaunched, unchanged, stopped or already_stopped; changes: [(key, before, after)].
 Decision = collections.namedtuple("Decision", ["action", "reason", "changes"])
 
@@ -88,6 +89,9 @@ def decide(state, desired, observed, state_file):
         reason = f"no state recorded in {state_file}"
     elif observed.main_pid is None:
         reason = f"recorded process {observed.recorded.get('pid')} is not running"
+    elif observed.crash:
+        # A main process that outlived its own crash serves nothing: never "unchanged" (SGLang ends its tree at once).
+        reason = f"its process {observed.main_pid} still runs but its log shows a crash: {observed.crash}"
     elif not changes:
         return Decision("unchanged", f"running (pid {observed.main_pid}) with the same launch script", [])
     else:

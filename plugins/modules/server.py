@@ -359,7 +359,9 @@ servers:
       description: True when this server failed after it was stopped (or before it was launched) - it is not running now.
       type: bool
     reason:
-      description: Why.
+      description: >-
+        Why. A server whose main process runs on after its log shows a crash (stuck, holding its GPUs) is relaunched,
+        C(its process N still runs but its log shows a crash: <error>), never left C(unchanged).
       type: str
       sample: "changed: launch script content"
     changed:

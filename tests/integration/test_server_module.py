@@ -221,6 +221,31 @@ def test_orphaned_scheduler_is_found_by_marker(server, launched, make_server, fa
     assert result["servers"][0]["gpu_memory_after_mib"] == {"6": 0, "7": 0}
 
 
+def test_a_main_process_that_outlived_its_crash_is_relaunched_not_taken_for_running(
+        server, make_server, marked, wait_until):
+    # A wait with kill_stalled false (or a run that ended first) left it so: its log ends in the crash, its main
+    # process never ended its tree.
+    alpha = make_server("alpha", [0], fault="nccl_error,stuck_after_crash")
+    launched = server([alpha])
+    assert not launched.get("failed"), launched.get("msg")
+    stuck = launched["servers"][0]["pid"]
+    wait_until(lambda: "Received sigquit from a child process" in read_text(alpha["log_path"]), timeout=30,
+               what="the crash in alpha's log")
+    assert alive(stuck)
+
+    planned = server([alpha], check=True)
+    assert planned["servers"][0]["action"] == "relaunched"
+    assert planned["servers"][0]["reason"] == (
+        f"its process {stuck} still runs but its log shows a crash: RuntimeError: NCCL error: unhandled system error "
+        "(run with NCCL_DEBUG=INFO for details)")
+    assert alive(stuck)
+
+    result = server([alpha])
+    assert not result.get("failed"), result.get("msg")
+    assert result["servers"][0]["action"] == "relaunched" and stuck in result["servers"][0]["killed_pids"]
+    assert not alive(stuck) and result["servers"][0]["pid"] in marked("alpha")
+
+
 def test_ignored_sigterm_escalates_to_sigkill(server, launched, make_server, marked):
     alpha = make_server("alpha", [0], fault="ignore_sigterm")
     pids = launched(alpha)

@@ -64,6 +64,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.nvidia_smi import (
     device_minors,
     query_gpus,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.run_log import (
+    crash_of_current_run,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.server_processes import (
     ServerProcesses,
 )
@@ -260,9 +263,20 @@ class ServerControl:
         stop_launcher = stop_launcher_of(recorded, self.launchers)
         running = stop_launcher.observe(name, recorded)
         script = self._script(spec) if state != "stopped" else None
-        return plan_server(spec, state, Snapshot(recorded, running, script), self.launcher, stop_launcher,
-                           self.secrets, state_file(self.state_dir, name), rollback_to=self.rollback_to.get(name),
-                           no_last_good=self.no_last_good.get(name))
+
+        def planned(snapshot):
+            return plan_server(spec, state, snapshot, self.launcher, stop_launcher, self.secrets,
+                               state_file(self.state_dir, name), rollback_to=self.rollback_to.get(name),
+                               no_last_good=self.no_last_good.get(name))
+
+        plan = planned(Snapshot(recorded, running, script))
+        if plan.action == "unchanged":
+            # Only a server to be left as it runs has its log read (whole, as the wait reads it: a log of weeks costs
+            # seconds), from the start of the process that runs: one that outlived its crash is relaunched.
+            crash = crash_of_current_run(recorded.get("log_path"), procfs.start_epoch(running.main), self.secrets)
+            if crash:
+                plan = planned(Snapshot(recorded, running, script, crash))
+        return plan
 
     def _record_restarts(self, plans):
         """systemd restarted a server since it was recorded: its state file follows its new main process (and so

@@ -99,9 +99,9 @@ class ServerPlan(collections.namedtuple("ServerPlan", _PLAN_FIELDS)):
 
 
 # What the host shows of one server before anything is decided: its state file (or None), what of it runs
-# (launchers.Running, seen through its stop launcher) and, unless it is to stop, the launch script it would
-# run as ``(sha256, text)``.
-Snapshot = collections.namedtuple("Snapshot", ["recorded", "running", "script"])
+# (launchers.Running, seen through its stop launcher), unless it is to stop the launch script it would run as
+# ``(sha256, text)``, and the crash the log of the process that runs shows (its error summary, else None).
+Snapshot = collections.namedtuple("Snapshot", ["recorded", "running", "script", "crash"], defaults=(None,))
 
 
 def requested_state(state, name, no_last_good):
@@ -132,7 +132,7 @@ def plan_server(spec, state, snapshot, launcher, stop_launcher, secrets, state_f
         settings = launch_settings.read_settings(script_text, secrets)
         desired = server_plan.desired_settings(spec, script_sha256, launcher.name, launcher.desired(spec))
     main_pid = running.main.pid if running.main else None
-    observed = server_plan.Observed(recorded, bool(running.processes), main_pid)
+    observed = server_plan.Observed(recorded, bool(running.processes), main_pid, snapshot.crash)
     decision = server_plan.decide(state, desired, observed, state_file)
     return ServerPlan(
         spec=spec, name=spec["name"], recorded=recorded, launcher=launcher, stop_launcher=stop_launcher,

@@ -88,6 +88,15 @@ def test_processes_left_behind_by_a_dead_main_process_make_it_a_relaunch():
     assert decision.reason == "recorded process 4242 is not running"
 
 
+def test_a_main_process_that_outlived_its_crash_is_relaunched_with_the_crash_named():
+    crash = "RuntimeError: NCCL error: unhandled system error"
+    decision = decide("started", desired(), Observed(recorded(), True, 4242, crash), STATE_FILE)
+    assert decision == ("relaunched", f"its process 4242 still runs but its log shows a crash: {crash}", [])
+    # Changed settings too: the crash is the reason given (it would be relaunched either way).
+    assert decide("started", desired(port=31000), Observed(recorded(), True, 4242, crash),
+                  STATE_FILE).reason.startswith("its process 4242 still runs but its log shows a crash")
+
+
 def test_a_server_without_state_is_launched_naming_the_state_file():
     assert decide("started", desired(), Observed(None, False, None), STATE_FILE) == (
         "launched", f"no state recorded in {STATE_FILE}", [])
