@@ -91,10 +91,12 @@ class RunLog:
 
 def crash_of_current_run(path, launched_at, secrets=()):
     """The error summary of the crash the log of the run launched at ``launched_at`` shows, else None: the planner's
-    question of a server whose main process still runs (read whole, as the wait reads it)."""
+    question of a server whose main process still runs. Only a crash SGLang announced as its going down counts: a
+    traceback alone may be a failed request's in a log read without its startup (truncated, or beyond the head and
+    tail LogFollower reads)."""
     if not path:
         return None
     log = RunLog(path, launched_at, secrets)
     log.read()
     # Every way into "crashed" sets the error.
-    return log.state.error["summary"] if log.state.phase == "crashed" else None
+    return log.state.error["summary"] if log.state.phase == "crashed" and log.state.crash_announced else None

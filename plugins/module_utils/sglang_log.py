@@ -104,6 +104,9 @@ class LogState:
         self._error_traceback = None
         self._error_line_count = 0
         self._error_is_teardown = False
+        # A line by which SGLang says the server is going down after a crash ("Received sigquit from a child
+        # process", ...), not only a traceback (one after startup may be a failed request's, read without startup).
+        self.crash_announced = False
         # Processes SGLang itself said it could not stop cleanly at shutdown (0.5.23): their GPU memory outlives the
         # stop. [{"pids", "why"}], in the log's order.
         self.unreleased = []

@@ -213,6 +213,7 @@ def _on_startup_timings(state, match, record):
 
 
 def _on_crash_marker(state, match, record):
+    state.crash_announced = True
     if state._error_summary is None:
         state._error_summary = record.message
 

@@ -360,8 +360,9 @@ servers:
       type: bool
     reason:
       description: >-
-        Why. A server whose main process runs on after its log shows a crash (stuck, holding its GPUs) is relaunched,
-        C(its process N still runs but its log shows a crash: <error>), never left C(unchanged).
+        Why. A server whose main process runs on after SGLang announced a crash in the log of its recorded launch
+        (stuck, holding its GPUs) is relaunched, C(its process N still runs but its log shows a crash: <error>), never
+        left C(unchanged).
       type: str
       sample: "changed: launch script content"
     changed:
