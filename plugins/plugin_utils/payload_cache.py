@@ -97,13 +97,14 @@ class KeptPayloads:
         if not new or not self._same_sources():
             return
         root = os.path.dirname(self.kept)
+        if not _private_root(root):
+            return
         first = not os.path.isdir(self.kept)
         try:
-            os.makedirs(root, mode=0o700, exist_ok=True)
             os.makedirs(self.kept, mode=0o700, exist_ok=True)
         except OSError:
             return
-        if not (_private(root) and _private(self.kept)):
+        if not _private(self.kept):
             return
         for name in new:
             _copy(self.run_dir, self.kept, name)
@@ -141,6 +142,24 @@ def _copy(source_dir, target_dir, name):
             os.unlink(temp_path)
         except OSError:
             pass
+
+
+def _private_root(root):
+    """Make ``root`` a private directory of ours; False where it cannot be (another user's, a link). One of ours that
+    others could write to (left so by an earlier version) would otherwise turn the cache off for good: it is emptied -
+    its payloads may have been planted - and made again."""
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        status = os.lstat(root)
+    except OSError:
+        return False
+    if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and status.st_mode & 0o077:
+        shutil.rmtree(root, ignore_errors=True)
+        try:
+            os.mkdir(root, 0o700)
+        except OSError:
+            return False
+    return _private(root)
 
 
 def _private(directory):

@@ -99,7 +99,7 @@ def test_only_what_a_call_built_while_the_sources_kept_their_digest_is_kept(tmp_
     assert os.listdir(kept) == [WAIT]
 
 
-def test_a_cache_another_user_could_write_is_neither_used_nor_filled(tmp_path):
+def test_a_cache_another_user_could_write_is_never_used_and_is_made_anew(tmp_path):
     cache, run_dir, kept = payloads(tmp_path)
     private_dir(kept)
     (kept / HOLD).write_bytes(b"planted?")
@@ -109,7 +109,17 @@ def test_a_cache_another_user_could_write_is_neither_used_nor_filled(tmp_path):
     run_dir.mkdir(parents=True)
     (run_dir / WAIT).write_bytes(b"wait")
     cache.keep()
-    assert os.listdir(kept) == [HOLD]
+    # Ours but open to others (an earlier version left it 0755): emptied and made private again, not given up on.
+    assert os.listdir(kept) == [WAIT] and (kept.parent.stat().st_mode & 0o777) == 0o700
+
+    (tmp_path / "theirs").mkdir(mode=0o755)
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    theirs, theirs_run_dir, _kept = payloads(tmp_path / "x")
+    theirs.kept = str(tmp_path / "theirs" / "digest")
+    theirs_run_dir.mkdir(parents=True)
+    (theirs_run_dir / WAIT).write_bytes(b"wait")
+    theirs.keep()
+    assert os.listdir(tmp_path / "theirs") == [], "another user's directory is left alone"
 
     kept.parent.chmod(0o700)
     elsewhere = private_dir(tmp_path / "elsewhere" / "digest")
