@@ -176,6 +176,8 @@ class ServerTracker:
         self._probed_this_slice = False
         self._owner = ServerProcesses(options["state_dir"])
         self._foreign_listener = None
+        # The log's phase when the last health probe was sent.
+        self._phase_at_probe = None
         self.log = RunLog(self.log_path, self.launched_at, [options["api_key"]] if options["api_key"] else [])
         self.probe = HealthProbe(f"http://{options['host']}:{self.port}", options["health_path"],
                                  options["api_key"], options["probe_timeout"])
@@ -235,8 +237,10 @@ class ServerTracker:
         verdict = decide(observation, WAIT_RULES)
         if verdict is not None:
             return self.record(verdict, now)
+        # The log saying it is up is worth a probe at once: no waiting out the interval after a "not yet" answer.
+        up_since_probe = observation.log_phase == "ready" and self._phase_at_probe != "ready"
         probe_due = self.probe.started_at is None or (
-            may_probe and now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS)
+            may_probe and (up_since_probe or now - self.probe.started_at >= HEALTH_INTERVAL_SECONDS))
         # A suspected stall is decided on the answer to a probe sent after the silence was noticed.
         if not self.probe.busy and (probe_due or stall_suspected_since(observation) is not None):
             self.start_probe(now, sockets)
@@ -246,6 +250,7 @@ class ServerTracker:
         """A health request, unless another process listens on the port (it must never get the key)."""
         self._foreign_listener = self._owner.foreign_listener(self.name, self.port, likely=[self.pid], sockets=sockets)
         if self._foreign_listener is None:
+            self._phase_at_probe = self.log.state.phase
             self.probe.start(now)
 
     def record(self, verdict, now, **context):

@@ -1,6 +1,7 @@
 """The readiness rules on constructed observations (no process, no server, no clock), and the words of each state."""
 
 import json
+import socket
 
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils import readiness_rules
@@ -407,3 +408,54 @@ def test_the_progress_line_shows_the_states_the_table_gives_words(status):
                                            "component": "target", "progress": {}}])
     assert ("gpu7" in line) == (status in IN_THE_PROGRESS_LINE), line
     assert line.startswith("ct200: " + ("1/1" if status == "ready" else "0/1") + " ready")
+
+
+class RecordingProbe:
+    """The tracker's health probe, recording when it is sent; the test gives its answers."""
+
+    busy = False
+
+    def __init__(self):
+        self.started_at = None
+        self.sent = []
+        self.answer = None
+
+    @property
+    def has_answer(self):
+        return self.answer is not None
+
+    def start(self, now):
+        self.started_at = now
+        self.sent.append(now)
+
+    def take_answer(self):
+        given, self.answer = self.answer, None
+        return given
+
+
+def test_the_log_saying_the_server_is_up_sends_a_health_probe_at_once(tmp_path):
+    log = tmp_path / "gpu0.log"
+    log.write_text("[2026-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n")
+    with socket.socket() as unused:  # nothing listens on it: the probe goes to the server's own port
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    options = {"state_dir": str(tmp_path), "started_at": NOW, "timeout": 60, "api_key": None, "host": "127.0.0.1",
+               "health_path": "/health", "probe_timeout": 1, "kill_stalled": False, "check_mode": False,
+               "stall_timeout": 0}
+    tracker = ServerTracker({"name": "gpu0", "port": port, "log_path": str(log)}, options, None, NOW)
+    tracker.probe = probe = RecordingProbe()
+    tracker.poll(NOW, may_probe=True)
+    probe.answer = answer(503)
+    assert tracker.poll(NOW + 0.2, may_probe=True) is None
+    assert probe.sent == [NOW], "a 'not yet' is asked again after HEALTH_INTERVAL_SECONDS"
+
+    with log.open("a") as handle:
+        handle.write("[2026-01-01 00:00:09] The server is fired up and ready to roll!\n")
+    tracker.poll(NOW + 0.4, may_probe=True)
+    assert probe.sent == [NOW, NOW + 0.4], "up by its log: asked at once, not a second after the last answer"
+    probe.answer = answer(503)
+    assert tracker.poll(NOW + 0.6, may_probe=True) is None
+    assert probe.sent == [NOW, NOW + 0.4], "once: a 'not yet' after it waits out the interval again"
+    tracker.poll(NOW + 1.4, may_probe=True)
+    probe.answer = answer(200)
+    assert tracker.poll(NOW + 1.5, may_probe=True)["status"] == "ready"
