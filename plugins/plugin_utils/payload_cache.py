@@ -101,7 +101,10 @@ class KeptPayloads:
             return
         first = not os.path.isdir(self.kept)
         try:
-            os.makedirs(self.kept, mode=0o700, exist_ok=True)
+            # Not makedirs: a root another call just emptied is not made again with the umask's mode.
+            os.mkdir(self.kept, 0o700)
+        except FileExistsError:
+            pass
         except OSError:
             return
         if not _private(self.kept):
