@@ -38,7 +38,8 @@ class JobError(Exception):
 
 # Finished records kept for the next run to report; older ones are removed.
 KEEP_RECORDS = 20
-POLL_SECONDS = 0.25
+# How soon the caller sees the job's end: a read of a small file, cheap enough to look often.
+POLL_SECONDS = 0.05
 
 
 def new_job_id():

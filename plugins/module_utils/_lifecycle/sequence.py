@@ -30,7 +30,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.server_state import 
     remove_state,
 )
 
-_POLL_SECONDS = 0.25
+# A stopping server's processes are looked at this often (a few /proc reads), so its exit is seen within it; its GPUs
+# at most every _GPU_QUERY_SECONDS (nvidia-smi takes tens of milliseconds on a real host), but at once when a server
+# begins its verification.
+_POLL_SECONDS = 0.05
+_GPU_QUERY_SECONDS = 0.25
 
 
 def guarded(control, run, now, step, *args):
@@ -69,7 +73,8 @@ def act(control, plans, progress):
             guarded(control, run, started, steps.begin_stop, control, run, started)
         else:
             steps.send_signal(run, signal.SIGTERM, started)
-    last_report = 0.0
+    last_report = queried_at = 0.0
+    queried = set()
     while True:
         now = time.monotonic()
         for run in acting:
@@ -78,7 +83,9 @@ def act(control, plans, progress):
             if run.step in step_table.SIGNALLED_STEPS:
                 guarded(control, run, now, steps.advance_stop, control, run, now)
         verifying = [run for run in acting if run.step == naming.STEP_VERIFYING]
-        if verifying:
+        if verifying and (now - queried_at >= _GPU_QUERY_SECONDS or {run.name for run in verifying} - queried):
+            queried_at = now
+            queried.update(run.name for run in verifying)
             used, query_error = control.memory_used(sorted({gpu for run in verifying for gpu in run.plan.gpus}))
             for run in verifying:
                 guarded(control, run, now, steps.advance_verify, control, run, used, query_error, now)
