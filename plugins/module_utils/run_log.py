@@ -17,6 +17,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     LogState,
     phase_reached,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log_rules import (
+    may_announce_crash,
+)
 
 LOG_TAIL_LINES = 30
 # launched_at is taken just after the launch and log timestamps are whole seconds: a line stamped up
@@ -66,10 +69,13 @@ class RunLog:
         self.last_activity_line = None
 
     def read(self):
-        if self._follower is None:
-            return
+        if self._follower is not None:
+            self.feed(self._follower.read_new())
+
+    def feed(self, lines):
+        """Parse ``lines`` as the next lines of the log."""
         # SGLang logs its server_args, API keys included.
-        for line in (scrub_text(line, self._secrets) for line in self._follower.read_new()):
+        for line in (scrub_text(line, self._secrets) for line in lines):
             stamp = line_epoch(line)
             if self._launched_at and stamp is not None and stamp < self._launched_at - LAUNCH_CLOCK_SLACK_SECONDS:
                 self._start()
@@ -96,7 +102,11 @@ def crash_of_current_run(path, launched_at, secrets=()):
     tail LogFollower reads)."""
     if not path:
         return None
-    log = RunLog(path, launched_at, secrets)
-    log.read()
+    lines = LogFollower(path).read_new()
+    # Parsing a log of weeks (its head and tail, 5 MB) takes seconds: only one where a line may announce a crash is.
+    if not may_announce_crash("\n".join(lines)):
+        return None
+    log = RunLog(None, launched_at, secrets)
+    log.feed(lines)
     # Every way into "crashed" sets the error.
     return log.state.error["summary"] if log.state.phase == "crashed" and log.state.crash_announced else None

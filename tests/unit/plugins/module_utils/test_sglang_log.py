@@ -1,6 +1,7 @@
 """SGLang log parsing on logs in the real line formats of both dialects (fixtures/logs)."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log import (
     LogState,
     parse_log,
     parse_record,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.sglang_log_rules import (
+    RULES,
+    _on_crash_marker,
+    may_announce_crash,
 )
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
@@ -285,7 +291,8 @@ def test_parse_record(line, timestamp, ranks, message):
     assert (record.timestamp, record.ranks, record.message) == (timestamp, ranks, message)
 
 
-@pytest.mark.parametrize("line, phase", [
+# One line per rule (at least), with the phase it sets.
+LINE_PHASES = [
     ("[2026-02-14 09:12:03] server_args=ServerArgs(model_path='m', tp_size=1)", "initializing"),
     ("[2026-10-20 14:02:11] server_args={'model_path': 'm', 'tp_size': 2}", "initializing"),
     ("[2026-10-20 14:02:19 TP0] Init parallel begin.", "initializing"),
@@ -327,7 +334,13 @@ def test_parse_record(line, timestamp, ranks, message):
     ("[2025-06-01 00:00:00] Signal SIGTERM received while health check failed. Force exiting.", "stopping"),
     ("[2025-06-01 00:00:00] Prefill batch. #new-seq: 1, #new-token: 7, token usage: 0.00, #running-req: 0",
      "launching"),
-])
+    ("[2026-11-20 10:00:00] SIGQUIT received. signum=3. It usually means one child failed.", "crashed"),
+    ("[2025-06-01 00:00:00] Child process unexpectedly failed with an exit code 9. pid=4242", "crashed"),
+    ("[2025-08-09 03:14:58 TP5] Scheduler hit an exception: Traceback (most recent call last):", "crashed"),
+]
+
+
+@pytest.mark.parametrize("line, phase", LINE_PHASES)
 def test_line_sets_phase(line, phase):
     assert state_after(line).phase == phase
 
@@ -698,3 +711,14 @@ def test_the_0_5_23_shutdown_names_the_processes_whose_gpu_memory_outlives_the_s
 def test_a_clean_shutdown_names_no_process():
     clean = SHUTDOWN_0_5_23.split("[2026-10-30 10:01:15]", maxsplit=1)[0]
     assert parse_log(clean)["unreleased"] == []
+
+
+def test_every_crash_marker_has_a_sample_and_the_quick_scan_knows_its_words():
+    markers = [rule for rule in RULES if rule.handler is _on_crash_marker]
+    announcing = [line for line, _phase in LINE_PHASES if state_after(line).crash_announced]
+    for rule in markers:
+        samples = [line for line in announcing if re.search(rule.pattern.pattern.removeprefix("^"), line)]
+        assert samples, f"no sample line of the crash marker {rule.pattern.pattern!r} in LINE_PHASES"
+    for line in announcing:
+        assert may_announce_crash(line), f"the quick scan (CRASH_MARKER_WORDS) misses {line!r}"
+    assert not may_announce_crash(read_fixture("classic_tp1_mamba.log"))
