@@ -156,7 +156,7 @@ def _private_root(root):
         status = os.lstat(root)
     except OSError:
         return False
-    if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and status.st_mode & 0o077:
+    if _our_directory(status) and status.st_mode & 0o077:
         shutil.rmtree(root, ignore_errors=True)
         try:
             os.mkdir(root, 0o700)
@@ -165,13 +165,18 @@ def _private_root(root):
     return _private(root)
 
 
+def _our_directory(status):
+    """``status`` (an lstat) is of a directory of this user, not a link to one."""
+    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid()
+
+
 def _private(directory):
     """A directory (not a link to one) that only this user can write to or read."""
     try:
         status = os.lstat(directory)
     except OSError:
         return False
-    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o077
+    return _our_directory(status) and not status.st_mode & 0o077
 
 
 def prune(cache_root, kept_digests=KEPT_DIGESTS):

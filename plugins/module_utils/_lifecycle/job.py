@@ -271,9 +271,9 @@ class ServerControl:
 
         plan = planned(Snapshot(recorded, running, script))
         if plan.action == "unchanged" and not plan.restarted_since_recorded:
-            # Only a server to be left as it runs has its log read (whole, as the wait reads it: a log of weeks costs
-            # seconds), from the launch recorded: one that outlived its crash is relaunched. Not one its launcher
-            # restarted since (systemd's Restart=): the crash in its log was its predecessor's.
+            # Only a server to be left as it runs has its log read, from the launch recorded: one that outlived its
+            # crash is relaunched. Not one its launcher restarted since (systemd's Restart=): the crash in its log was
+            # its predecessor's.
             crash = crash_of_current_run(recorded.get("log_path"), recorded.get("launched_at"), self.secrets)
             if crash:
                 plan = planned(Snapshot(recorded, running, script, crash))
