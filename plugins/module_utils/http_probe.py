@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -28,9 +29,24 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-# Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server (nor the
-# router's control plane and its key); redirects are not followed.
-OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+@functools.cache
+def _opener(tls):
+    """Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server (nor the
+    router's control plane and its key); redirects are not followed. The TLS handler only for an https URL (a
+    router's): building it loads the system's CA store, a fifth of a module call's CPU, which a probe of
+    http://127.0.0.1 never needs."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler({}), urllib.request.UnknownHandler(), urllib.request.HTTPHandler(),
+                    urllib.request.HTTPDefaultErrorHandler(), _NoRedirect(), urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    if tls:
+        opener.add_handler(urllib.request.HTTPSHandler())
+    return opener
+
+
+def urlopen(request, timeout):
+    """``request`` (a urllib Request) opened as described in _opener."""
+    return _opener(request.type == "https").open(request, timeout=timeout)
 
 
 class Deadline(Exception):
@@ -66,7 +82,7 @@ def http_get(url, timeout, api_key=None):
         request.add_header("Authorization", f"Bearer {api_key}")
     deadline = time.monotonic() + timeout
     try:
-        with OPENER.open(request, timeout=timeout) as response:
+        with urlopen(request, timeout) as response:
             return response.status, _decode(read_body(response, MAX_BODY_BYTES, deadline)), None
     except urllib.error.HTTPError as exc:
         with exc:

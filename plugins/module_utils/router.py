@@ -40,9 +40,9 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
-    OPENER,
     Deadline,
     read_body,
+    urlopen,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
     ALREADY_EXISTS,
@@ -227,7 +227,7 @@ class RouterClient:
         what = f"{call} ({method} {path})"
         deadline = time.monotonic() + self.timeout
         try:
-            with OPENER.open(request, timeout=self.timeout) as response:
+            with urlopen(request, self.timeout) as response:
                 status, text = response.status, read_body(response, MAX_BODY_BYTES, deadline).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             with exc:

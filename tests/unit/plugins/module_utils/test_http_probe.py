@@ -77,3 +77,14 @@ def test_an_answer_that_trickles_in_ends_at_the_total_deadline(servers):
     status, _body, error = http_get(f"http://127.0.0.1:{slow.server_address[1]}/trickle", 1)
     assert status is None and error == "no answer within 1 s"
     assert time.monotonic() - started < 5, "not 10 s of trickle"
+
+
+def test_an_https_url_is_spoken_to_over_tls_and_other_schemes_are_refused(servers):
+    """The TLS handler is built only for an https URL (a router's): it must still be there for one."""
+    plain = servers()
+    client = RouterClient(f"https://127.0.0.1:{plain.server_address[1]}", timeout=5)
+    with pytest.raises(RouterError, match=r"(?i)ssl|tls|wrong version"):
+        client.workers()
+    assert plain.authorizations == [], "a TLS handshake, not a plain GET"
+    status, _body, error = http_get(f"ftp://127.0.0.1:{plain.server_address[1]}/", 5)
+    assert status is None and "unknown url type" in error
