@@ -44,7 +44,7 @@ def _opener(tls):
     return opener
 
 
-def urlopen(request, timeout):
+def open_request(request, timeout):
     """``request`` (a urllib Request) opened as described in _opener."""
     return _opener(request.type == "https").open(request, timeout=timeout)
 
@@ -82,7 +82,7 @@ def http_get(url, timeout, api_key=None):
         request.add_header("Authorization", f"Bearer {api_key}")
     deadline = time.monotonic() + timeout
     try:
-        with urlopen(request, timeout) as response:
+        with open_request(request, timeout) as response:
             return response.status, _decode(read_body(response, MAX_BODY_BYTES, deadline)), None
     except urllib.error.HTTPError as exc:
         with exc:

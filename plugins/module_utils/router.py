@@ -41,8 +41,8 @@ import urllib.request
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.http_probe import (
     Deadline,
+    open_request,
     read_body,
-    urlopen,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.router_answers import (
     ALREADY_EXISTS,
@@ -227,7 +227,7 @@ class RouterClient:
         what = f"{call} ({method} {path})"
         deadline = time.monotonic() + self.timeout
         try:
-            with urlopen(request, self.timeout) as response:
+            with open_request(request, self.timeout) as response:
                 status, text = response.status, read_body(response, MAX_BODY_BYTES, deadline).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             with exc:

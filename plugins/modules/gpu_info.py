@@ -115,8 +115,12 @@ gpus:
           type: bool
 """
 
+# First of ours: the rest of module_utils is then compiled once per host, not in every call.
+import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.gpu_inventory import (
     GpuError,
     gpu_inventory,

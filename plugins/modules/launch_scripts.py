@@ -115,6 +115,8 @@ scripts:
   sample: {gpu0: {path: /opt/gpuops-sglang/bin/gpu0.sh, changed: true, sha256: 3a7bd3e2...}}
 """
 
+# First of ours: the rest of module_utils is then compiled once per host, not in every call.
+import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.sglang.plugins.module_utils import (
     argument_specs,

@@ -190,6 +190,8 @@ journal_error:
   type: str
 """
 
+# First of ours: the rest of module_utils is then compiled once per host, not in every call.
+import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     PROBE_ARGUMENT_SPEC,
 )

@@ -207,8 +207,12 @@ log:
       type: str
 """
 
+# First of ours: the rest of module_utils is then compiled once per host, not in every call.
+import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils import argument_specs
+from ansible_collections.gpuops.sglang.plugins.module_utils import (
+    argument_specs,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.option_ranges import (
     range_problems,
     url_path_problem,

@@ -347,6 +347,8 @@ servers:
       sample: ["gpu0", "gpu1"]
 """
 
+# First of ours: the rest of module_utils is then compiled once per host, not in every call.
+import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpuops.sglang.plugins.module_utils.argument_specs import (
     WAIT_ARGUMENT_SPEC,
 )

@@ -55,6 +55,16 @@ HOST_PYTHON = fakegpu.MACHINE_PYTHON
 # One local temp base for every ansible-playbook of the suite (each run makes its own directory in it): the payloads
 # of our modules are built once for all the tests and xdist workers, not once per test (plugin_utils/payload_cache.py).
 ANSIBLE_LOCAL_TEMP = os.path.join(REPO_ROOT, ".work", "ansible-local-tmp")
+# And one cache of the modules' compiled module_utils (module_utils/_bytecode_cache.py), as a host has in its user's
+# home; written also where the caller's environment says PYTHONDONTWRITEBYTECODE, so that every test runs through it.
+MODULE_ENV = {"GPUOPS_SGLANG_BYTECODE_CACHE": os.path.join(REPO_ROOT, ".work", "bytecode-cache")}
+
+
+def module_environment(base):
+    """``base`` (an environment) as the tests' ansible-playbook runs get it: MODULE_ENV, PYTHONDONTWRITEBYTECODE unset."""
+    env = dict(base, **MODULE_ENV)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def _environ(pid):
@@ -322,7 +332,7 @@ class Ansible:
         self.inventory = os.path.join(workdir, "hosts")
         with open(self.inventory, "w") as handle:
             handle.write(f"localhost ansible_connection=local ansible_python_interpreter={HOST_PYTHON}\n")
-        self.env = dict(os.environ, **{
+        self.env = dict(module_environment(os.environ), **{
             TOKEN_VAR: token,
             "ANSIBLE_CONFIG": os.path.join(REPO_ROOT, "ansible.cfg"),
             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
@@ -462,8 +472,8 @@ class SimHost:
         self.inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_hosts": {
             "hosts": {name: self.host_vars}}}}}))
         self.runs = 0
-        self.env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                        ANSIBLE_LOCAL_TEMP=ANSIBLE_LOCAL_TEMP, **{TOKEN_VAR: token})
+        self.env = dict(module_environment(os.environ), ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"),
+                        ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=ANSIBLE_LOCAL_TEMP, **{TOKEN_VAR: token})
         self.env.pop("GPUOPS_SGLANG_SERVER", None)
 
     def port(self, index):

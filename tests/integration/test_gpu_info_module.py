@@ -1,7 +1,11 @@
 """gpuops.sglang.gpu_info through ansible-playbook against a fake GPU host."""
 
 import os
+import stat
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache import (
+    CACHE_DIR_VARIABLE,
+)
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.payload_cache import (
     sources_digest,
 )
@@ -75,3 +79,15 @@ def test_a_payload_is_built_once_and_kept_for_the_next_run_of_the_same_sources(a
     assert "ANSIBALLZ: using cached module" in said[1] and "ANSIBALLZ: Creating module" not in said[1]
     [digest] = os.listdir(local_tmp / "gpuops-sglang-ansiballz")
     assert digest == sources_digest()
+
+
+def test_a_module_call_keeps_its_compiled_module_utils_for_the_next(ansible, fake_gpus, tmp_path):
+    cache = tmp_path / "bytecode"
+    ansible.env = dict(ansible.env, **{CACHE_DIR_VARIABLE: str(cache)})
+    ansible.env.pop("PYTHONDONTWRITEBYTECODE", None)
+    assert ansible.module(MODULE, gpu_args(fake_gpus))["gpus"]
+    kept = os.listdir(cache)
+    # gpu_info's own: argument_specs, gpu_inventory, nvidia_smi, option_ranges and what they import.
+    assert len(kept) >= 4 and stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    assert ansible.module(MODULE, gpu_args(fake_gpus))["gpus"]
+    assert sorted(os.listdir(cache)) == sorted(kept), "the second call compiled nothing new"
