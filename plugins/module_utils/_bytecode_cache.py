@@ -10,15 +10,16 @@ of the module's user, one file per (Python bytecode version, optimization level,
 source is another file, never stale code, and a file is only read when its header names that very key.
 
 Where: ``~/.cache/gpuops-sglang-bytecode`` of the effective user, or the directory GPUOPS_SGLANG_BYTECODE_CACHE names
-in the module's environment (``off``: no cache). Compiled code runs as the module's user (often root), so the cache is
-used only where this user alone can write: the directory is this user's own, mode 0700, not a link, and opened once
-(every file in it through that handle, never following a link); a file in it must be this user's too. Anything else -
-another owner, a link, an unreadable file, a full disk - compiles as zipimport does, silently. PYTHONDONTWRITEBYTECODE
+in the module's environment (an absolute path; anything else, ``off`` say: no cache). Compiled code runs as the
+module's user (often root), so the cache is used only where this user alone can write: the directory is this user's
+own, mode 0700, not a link, and opened once (every file in it through that handle, never following a link); a file in
+it must be this user's, writable by nobody else and not a hard link. Anything else - another owner, a link, an
+unreadable or damaged file, a full disk - compiles as zipimport does, silently; only our own files are ever removed. PYTHONDONTWRITEBYTECODE
 (``sys.dont_write_bytecode``) is honoured: nothing is written. Outside a payload (the controller, the unit tests)
 nothing is installed: Python's own importer reads the files there, with its own ``__pycache__``.
 
-Every module imports this first of our module_utils (Ansible ships the package's own ``__init__.py`` empty): being
-imported installs it.
+Python 3.10 or later (zipimport's exec_module); on older hosts nothing changes. Every module imports this first of our
+module_utils (Ansible ships the package's own ``__init__.py`` empty): being imported installs it.
 """
 
 import hashlib
@@ -26,8 +27,10 @@ import importlib.util
 import marshal
 import os
 import pwd
+import re
 import stat
 import sys
+import types
 import zipimport
 
 try:
@@ -42,7 +45,10 @@ CACHE_DIR_VARIABLE = "GPUOPS_SGLANG_BYTECODE_CACHE"
 # A collection upgraded many times leaves the files of each version; past this many the directory is emptied.
 MAX_FILES = 2000
 _HEADER = b"gpuops-sglang bytecode 1\n"
-_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: a FIFO planted at a name never blocks the open.
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+# Our files (a key, or a key being written): only those are ever removed from the directory.
+_OUR_NAMES = re.compile(r"\.?[0-9a-f]{64}(\.[0-9]+)?")
 
 
 def install(package_spec):
@@ -71,8 +77,8 @@ def _default_cache_dir():
     """GPUOPS_SGLANG_BYTECODE_CACHE (empty or ``off``: none), else ``~/.cache/gpuops-sglang-bytecode`` of the
     effective user (not $HOME: become may keep the caller's); None for a user whose home is / or does not exist."""
     chosen = os.environ.get(CACHE_DIR_VARIABLE)
-    if chosen is not None:
-        return None if chosen.strip().lower() in ("", "off") else chosen
+    if chosen is not None:  # an absolute path (a relative one would depend on the module's working directory)
+        return chosen if os.path.isabs(chosen) else None
     try:
         home = pwd.getpwuid(os.geteuid()).pw_dir
     except KeyError:
@@ -95,13 +101,16 @@ class CachingZipImporter(zipimport.zipimporter):
         return self._source_path(fullname)  # is_package raises ZipImportError for a module not in the zip
 
     def get_code(self, fullname):
-        source = self.get_source(fullname)
-        if source is None:  # only compiled code in the zip (not in our payloads): zipimport's own way
-            return super().get_code(fullname)
-        filename = self._source_path(fullname)
-        code = self._cache.compiled(source.encode(), filename)
-        _fix_co_filename(code, filename)
-        return code
+        try:
+            source = self.get_source(fullname)
+            if source is not None:  # else only compiled code in the zip (not in our payloads)
+                filename = self._source_path(fullname)
+                code = self._cache.compiled(source.encode(), filename)
+                _fix_co_filename(code, filename)
+                return code
+        except Exception:  # noqa: BLE001, S110  # pylint: disable=broad-except
+            pass  # the cache never fails an import: zipimport's own way (a source not in UTF-8, a damaged file, ...)
+        return super().get_code(fullname)
 
 
 class _Cache:
@@ -139,22 +148,25 @@ class _Cache:
             return None
         with os.fdopen(file_fd, "rb") as handle:
             status = os.fstat(handle.fileno())
-            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
+            # Ours alone: not a hard link to a file elsewhere, writable by nobody else.
+            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid() or status.st_nlink != 1 \
+                    or status.st_mode & 0o022:
                 return None
             data = handle.read()
         header = _HEADER + key.encode() + b"\n"
         if not data.startswith(header):
             return None
         try:
-            return marshal.loads(data[len(header):])
+            code = marshal.loads(data[len(header):])
         except (EOFError, ValueError, TypeError):
             return None
+        return code if isinstance(code, types.CodeType) else None
 
     @staticmethod
     def _write(fd, key, code):
         temporary = f".{key}.{os.getpid()}"
         try:
-            if len(os.listdir(fd)) >= MAX_FILES:
+            if sum(1 for name in os.listdir(fd) if _OUR_NAMES.fullmatch(name)) >= MAX_FILES:
                 _empty(fd)
             file_fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=fd)
             with os.fdopen(file_fd, "wb") as handle:
@@ -186,11 +198,13 @@ def _private_dir_fd(directory):
 
 
 def _empty(fd):
+    """Our files gone from the directory (a directory named by GPUOPS_SGLANG_BYTECODE_CACHE may hold others')."""
     for name in os.listdir(fd):
-        try:
-            os.unlink(name, dir_fd=fd)
-        except OSError:
-            pass
+        if _OUR_NAMES.fullmatch(name):
+            try:
+                os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
 
 
 install(sys.modules[__spec__.parent].__spec__)

@@ -31,12 +31,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 @functools.cache
 def _opener(tls):
-    """Proxies from the environment (http_proxy, ...) must never see a probe of a local inference server (nor the
-    router's control plane and its key); redirects are not followed. The TLS handler only for an https URL (a
-    router's): building it loads the system's CA store, a fifth of a module call's CPU, which a probe of
+    """No proxy handler: proxies from the environment (http_proxy, ...) must never see a probe of a local inference
+    server (nor the router's control plane and its key); redirects are not followed. The TLS handler (verifying, the
+    default context) only for an https URL (a router's): building it loads the system's CA store, which a probe of
     http://127.0.0.1 never needs."""
     opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler({}), urllib.request.UnknownHandler(), urllib.request.HTTPHandler(),
+    for handler in (urllib.request.UnknownHandler(), urllib.request.HTTPHandler(),
                     urllib.request.HTTPDefaultErrorHandler(), _NoRedirect(), urllib.request.HTTPErrorProcessor()):
         opener.add_handler(handler)
     if tls:

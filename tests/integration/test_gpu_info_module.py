@@ -2,13 +2,17 @@
 
 import os
 import stat
+import subprocess
 
+import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache import (
     CACHE_DIR_VARIABLE,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.payload_cache import (
     sources_digest,
 )
+
+from .conftest import HOST_PYTHON
 
 MODULE = "gpuops.sglang.gpu_info"
 
@@ -81,13 +85,16 @@ def test_a_payload_is_built_once_and_kept_for_the_next_run_of_the_same_sources(a
     assert digest == sources_digest()
 
 
+@pytest.mark.skipif(subprocess.run([HOST_PYTHON, "-c", "import sys; sys.exit(sys.version_info < (3, 10))"],
+                                    check=False).returncode != 0, reason="the cache needs Python 3.10 on the host")
 def test_a_module_call_keeps_its_compiled_module_utils_for_the_next(ansible, fake_gpus, tmp_path):
     cache = tmp_path / "bytecode"
     ansible.env = dict(ansible.env, **{CACHE_DIR_VARIABLE: str(cache)})
     ansible.env.pop("PYTHONDONTWRITEBYTECODE", None)
     assert ansible.module(MODULE, gpu_args(fake_gpus))["gpus"]
-    kept = os.listdir(cache)
+    kept = {entry.name: (entry.stat().st_ino, entry.stat().st_mtime_ns) for entry in os.scandir(cache)}
     # gpu_info's own: argument_specs, gpu_inventory, nvidia_smi, option_ranges and what they import.
     assert len(kept) >= 4 and stat.S_IMODE(os.stat(cache).st_mode) == 0o700
     assert ansible.module(MODULE, gpu_args(fake_gpus))["gpus"]
-    assert sorted(os.listdir(cache)) == sorted(kept), "the second call compiled nothing new"
+    again = {entry.name: (entry.stat().st_ino, entry.stat().st_mtime_ns) for entry in os.scandir(cache)}
+    assert again == kept, "the second call read them: it compiled and wrote nothing"

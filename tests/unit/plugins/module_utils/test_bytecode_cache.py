@@ -1,7 +1,10 @@
 """Our module_utils inside a payload are compiled once per host: a zip laid out as Ansible's AnsiballZ payload (the
 package's __init__.py shipped empty), imported by a fresh interpreter as a module would import it."""
 
+import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import stat
 import subprocess
@@ -146,3 +149,52 @@ def test_a_directory_in_the_way_is_left_alone(tmp_path):
     cache = tmp_path / "missing" / "deeper" / "cache"
     run_module(payload(tmp_path / "a.zip"), cache)
     assert not (tmp_path / "missing").exists()
+
+
+def _key(source):
+    return hashlib.sha256(importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize]) + source).hexdigest()
+
+
+@pytest.mark.parametrize("planted", ["not code", "a FIFO", "a hard link", "group-writable"])
+def test_a_file_at_a_key_that_is_not_our_code_alone_is_compiled_over(tmp_path, monkeypatch, planted):
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    source = b"X = 1\n"
+    key = _key(source)
+    target = cache_dir / key
+    if planted == "not code":
+        target.write_bytes(_bytecode_cache._HEADER + key.encode() + b"\n" + marshal.dumps(42))
+    elif planted == "a FIFO":
+        os.mkfifo(target, 0o600)
+    else:
+        _bytecode_cache._Cache(str(cache_dir)).compiled(source, "x.py")
+        if planted == "a hard link":
+            os.link(target, tmp_path / "elsewhere")
+        else:
+            os.chmod(target, 0o620)
+    namespace = {}
+    exec(_bytecode_cache._Cache(str(cache_dir)).compiled(source, "x.py"), namespace)  # noqa: S102
+    assert namespace["X"] == 1
+    assert os.stat(target).st_nlink == 1 and stat.S_IMODE(os.stat(target).st_mode) == 0o600, "replaced by our own"
+
+
+def test_a_full_cache_is_emptied_of_our_files_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(_bytecode_cache, "MAX_FILES", 2)
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    (cache_dir / "notes.txt").write_text("the operator's")
+    cache = _bytecode_cache._Cache(str(cache_dir))
+    for value in range(3):
+        cache.compiled(f"X = {value}\n".encode(), "x.py")
+    assert sorted(path.name for path in cache_dir.iterdir() if path.name != "notes.txt") == [
+        _key(b"X = 2\n")], "the two before were emptied out"
+    assert (cache_dir / "notes.txt").read_text() == "the operator's"
+
+
+@pytest.mark.parametrize("value, expected", [("off", None), ("", None), ("relative/dir", None),
+                                             ("/var/cache/ours", "/var/cache/ours")])
+def test_the_directory_an_environment_names(monkeypatch, value, expected):
+    monkeypatch.setenv(_bytecode_cache.CACHE_DIR_VARIABLE, value)
+    assert _bytecode_cache._default_cache_dir() == expected

@@ -2,6 +2,9 @@
 deadline for a whole answer (real sockets on 127.0.0.1, no mocks)."""
 
 import http.server
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 
@@ -88,3 +91,28 @@ def test_an_https_url_is_spoken_to_over_tls_and_other_schemes_are_refused(server
     assert plain.authorizations == [], "a TLS handshake, not a plain GET"
     status, _body, error = http_get(f"ftp://127.0.0.1:{plain.server_address[1]}/", 5)
     assert status is None and "unknown url type" in error
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")
+def test_an_https_router_with_a_certificate_nobody_signed_is_refused(servers, tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem"], check=True, capture_output=True)
+    server = servers()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with pytest.raises(RouterError, match="CERTIFICATE_VERIFY_FAILED"):
+        RouterClient(f"https://127.0.0.1:{server.server_address[1]}", api_key="sk-key", timeout=5).workers()
+    assert server.authorizations == [], "the key was never sent"
+
+
+def test_proxies_from_the_environment_never_see_a_probe(servers, monkeypatch):
+    proxy, target = servers(), servers()
+    for variable in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{proxy.server_address[1]}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert http_get(f"http://127.0.0.1:{target.server_address[1]}/health", 5, api_key="sk-key")[0] == 200
+    with pytest.raises(RouterError, match="unexpected answer"):  # the recorder's [] is no worker list: it answered
+        RouterClient(f"http://127.0.0.1:{target.server_address[1]}", api_key="sk-key", timeout=5).workers()
+    assert proxy.authorizations == [] and target.authorizations == ["Bearer sk-key"] * 2
