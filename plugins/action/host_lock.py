@@ -8,6 +8,7 @@ import socket
 import uuid
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.progress import (
+    format_server_progress,
     format_wait_progress,
 )
 from ansible_collections.gpuops.sglang.plugins.plugin_utils.run_identity import (
@@ -73,8 +74,11 @@ class ActionModule(SlicedAction):
         return args
 
     def progress_line(self, host, answer):
-        if answer.get("converged"):  # nothing to change: the wait's line, as its own call would print it
-            return format_wait_progress(host, answer["converged"]["wait"]["servers"])
+        converged = answer.get("converged")
+        if converged:  # the server and wait calls' lines, as their own calls would print them
+            if converged.get("wait", {}).get("servers"):
+                return format_wait_progress(host, converged["wait"]["servers"])
+            return format_server_progress(host, converged["server"].pop("progress", None))
         return f"{host}: waiting for the host, held by {answer['holder_text']}" if answer.get("holder_text") else None
 
     def next_args(self, answer, module_args):

@@ -117,6 +117,9 @@ CONVERGE = {"converge": {"type": "dict", "options": {
     "timeout": {"type": "float", "default": 1800},
     "stall_timeout": {"type": "float", "default": 600},
     "kill_stalled": {"type": "bool", "default": False},
+    "state": {"type": "str", "choices": ["started", "restarted"], "default": "started"},
+    "act": {"type": "bool", "default": False},
+    "hold_on_failure": {"type": "bool", "default": False},
 }}}
 # gpuops.sglang.server
 SERVER_RANGES = dict(

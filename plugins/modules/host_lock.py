@@ -88,12 +88,16 @@ options:
     default: {}
   converge:
     description:
-      - A relaunch that may find nothing to change (gpuops.sglang.relaunch sets it for a plain relaunch of every
-        server of a host), decided in this one call. Once the host is held, the scripts of the candidate rendered for
-        the SGLang the host has are planned as M(gpuops.sglang.server) would plan them with O(gpuops.sglang.server#module:state=started),
-        read only; when every server is to stay as it runs, no script or unit file would be written and no interrupted
-        run is left to report, the servers are waited for as M(gpuops.sglang.wait) would wait for them - its
-        verdicts, last good copies, router and run journal - and the host is given back (RV(converged)).
+      - A relaunch decided in this one call (gpuops.sglang.relaunch sets it for a relaunch of every server of a host).
+        Once the host is held, the scripts of the candidate rendered for the SGLang the host has are planned as
+        M(gpuops.sglang.server) would plan them with O(converge.state), read only; when every server is to stay as it
+        runs, no script or unit file would be written and no interrupted run is left to report, the servers are
+        waited for as M(gpuops.sglang.wait) would wait for them - its verdicts, last good copies, router and run
+        journal - and the host is given back (RV(converged)).
+      - With O(converge.act), a plan with something to do is carried out in this call too - the job of
+        M(gpuops.sglang.server), then the wait for the servers it launched, which gives the host back (or keeps it
+        for a rollback, O(converge.hold_on_failure)) - unless servers are deferred (a canary,
+        O(gpuops.sglang.server#module:max_changes) in O(converge.server)).
       - Otherwise nothing is touched and RV(converge_needed) says why; the run goes on with its own calls.
       - The options of both calls that this module shares with them (O(state_dir), the GPU, HTTP, health and router
         options, O(progress_interval)) are this module's own.
@@ -164,6 +168,19 @@ options:
         description: The wait's O(gpuops.sglang.wait#module:kill_stalled).
         type: bool
         default: false
+      state:
+        description: The O(gpuops.sglang.server#module:state) the servers are planned for.
+        type: str
+        choices: [started, restarted]
+        default: started
+      act:
+        description: Carry out a plan with something to do in this call, as described above.
+        type: bool
+        default: false
+      hold_on_failure:
+        description: After servers were relaunched in this call, the wait's O(gpuops.sglang.wait#module:hold_on_failure).
+        type: bool
+        default: false
   run:
     description: Internal, set by the action plugin - who this run is. Do not set it.
     type: dict
@@ -225,14 +242,17 @@ released:
   type: bool
 converged:
   description:
-    - With O(converge), when the host already runs what the run asks - C(server), the result of
-      M(gpuops.sglang.server) (every server C(unchanged)); C(wait), the result of M(gpuops.sglang.wait) (with
-      C(released), the host given back); C(candidate), the index of the candidate the host runs.
-  returned: when acquired with O(converge) and nothing is to change
+    - With O(converge), when the host runs what the run asks - already, or (O(converge.act)) once this call made it
+      so - C(server), the result of M(gpuops.sglang.server) (every server C(unchanged) when nothing was to change);
+      C(wait), the result of M(gpuops.sglang.wait) (with C(released), the host given back; absent when no server was
+      launched); C(candidate), the index of the candidate the host runs; C(acted), whether this call relaunched.
+  returned: when acquired with O(converge) and nothing is to change, or with O(converge.act)
   type: dict
 converge_needed:
-  description: With O(converge), why the run has something to do (a server to change, no candidate for the host's SGLang, ...).
-  returned: when acquired with O(converge) and something is to change
+  description:
+    - With O(converge), why the run's own calls are needed (a server to change without O(converge.act), servers a
+      canary defers, no candidate for the host's SGLang, ...).
+  returned: when acquired with O(converge) and the run's own calls are needed
   type: str
 """
 
@@ -323,7 +343,7 @@ def main():
                 held["gpus"] = _gpus_or_release(module, state_dir, run["run_id"])
             held["sglang"] = installed_sglang_of(params["sglang_interpreters"], env=params["interpreter_env"])
             if params["converge"]:
-                answer = _converge().look(params, held, run["run_id"])
+                answer = _converge().look(params, held, run["run_id"], slice_end)
                 if "needed" not in answer:
                     _exit_converged(module, held, answer)
                 held["converge_needed"] = answer["needed"]
@@ -349,9 +369,9 @@ def _converge():
 
 
 def _exit_converged(module, held, answer):
-    """The hold with the server and wait calls' answers (``converged``); with ``carry`` while the wait goes on."""
+    """The hold with the server and wait calls' answers (``converged``); with ``carry`` while either goes on."""
     carry = answer.pop("carry", None)
-    result = dict(held, changed=False, converged=answer)
+    result = dict(held, changed=bool(answer["acted"] and answer["server"].get("changed")), converged=answer)
     if carry is not None:
         result["carry"] = {"converge": carry, "held": held}
     module.exit_json(**result)

@@ -536,6 +536,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.request i
     SERVER_ARGUMENT_SPEC,
     ServerControlError,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.result import (
+    scrub_failure_words,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.script_files import (
     secrets_of,
 )
@@ -571,10 +574,7 @@ def main():
     diffs = (result.pop("script_diffs", None) or []) + ([state] if state and state["after"] else [])
     if module._diff and diffs:
         result["diff"] = diffs
-    # The one place the words of a failure leave the host (the worker's own included): scrubbed here.
-    for key in ("msg", "traceback"):
-        if result.get(key):
-            result[key] = scrub_text(result[key], params["secrets"])
+    scrub_failure_words(result, params["secrets"])
     if result.get("failed"):
         module.fail_json(**result)
     module.exit_json(**result)

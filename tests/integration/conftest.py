@@ -428,6 +428,12 @@ class PlaybookResult:
         return [result for result in self.task("Wait until the launched servers are ready") if "servers" in result] or [
             result["converged"]["wait"] for result in self.task("Hold the host") if result.get("converged")]
 
+    def server_answers(self):
+        """The answers of the run's server calls (its "Bring servers" tasks, the canary's and batches'), or - a relaunch
+        the hold did in its one call - the hold's (the server job it ran, or its read-only plan when nothing changed)."""
+        return [result for result in self.task("Bring servers") if "servers" in result] or [
+            result["converged"]["server"] for result in self.task("Hold the host") if result.get("converged")]
+
     def module_calls(self):
         """Actions of the tasks that ran a module on the host (skipped tasks excluded)."""
         return [result["action"] for _name, result, _duration in self.tasks()

@@ -84,14 +84,21 @@ def test_relaunch_through_ansible_runner_streams_progress_as_verbose_events(sim_
     assert progress, "no live progress line reached the job events"
     assert any("2/2 ready" in line for line in progress), progress
 
-    waited = [event for event in events if event["event"] == "runner_on_ok"
-              and event["event_data"].get("task_action") == "gpuops.sglang.wait"]
+    # A relaunch is one module call: the hold, which waited too.
+    waited = hold_waits(events)
     assert len(waited) == 1
-    servers = waited[0]["event_data"]["res"]["servers"]
+    servers = waited[0]["event_data"]["res"]["converged"]["wait"]["servers"]
     assert [server["status"] for server in servers] == ["ready", "ready"]
-    # The progress lines came before the wait task's result, i.e. while it was still running.
+    # The progress lines came before the hold task's result, i.e. while it was still running.
     assert events.index(waited[0]) > min(events.index(event) for event in events
                                          if event["event"] == "verbose" and "simhost:" in event.get("stdout", ""))
+
+
+def hold_waits(events):
+    """The ok events of a hold that waited in its own call (a relaunch in one module call)."""
+    return [event for event in events if event["event"] == "runner_on_ok"
+            and event["event_data"].get("task_action") == "gpuops.sglang.host_lock"
+            and event["event_data"]["res"].get("converged", {}).get("wait")]
 
 
 class AwxJob:
@@ -167,6 +174,10 @@ class AwxJob:
     def progress(self):
         return [event for event in self.events if event["event"] == "verbose" and "simhost:" in event.get("stdout", "")]
 
+    def waited(self):
+        """The events of the hold that relaunched and waited in its one call, each with the wait's answer."""
+        return hold_waits(self.events)
+
     def everything_recorded(self):
         """Every event as JSON, the job's stdout and every artifact file: what AWX stores and shows."""
         texts = [json.dumps(event) for event in self.events]
@@ -196,16 +207,16 @@ def test_awx_job_streams_progress_beats_idle_timeout_and_never_shows_the_api_key
     job = AwxJob(sim_host, tmp_path, 4101, "playbooks/relaunch.yml", answers, idle_timeout=idle_timeout).run()
     assert job.status == "successful", job.tail()
 
-    waited = job.results("runner_on_ok", "gpuops.sglang.wait")
-    assert len(waited) == 1 and [server["status"] for server in waited[0]["event_data"]["res"]["servers"]] == [
-        "ready", "ready"]
+    # The relaunch is one call, the hold: it stops, launches and waits.
+    waited = job.waited()
+    assert len(waited) == 1 and [server["status"] for server in
+                                 waited[0]["event_data"]["res"]["converged"]["wait"]["servers"]] == ["ready", "ready"]
     started = [event for event in job.events if event["event"] == "playbook_on_task_start"
-               and event["event_data"].get("task_action") == "gpuops.sglang.wait"]
-    assert len(started) == 1
-    # Precondition of what this test shows: the wait task outlived idle_timeout (else it proves nothing).
+               and event["event_data"].get("task_action") == "gpuops.sglang.host_lock"][:1]
+    # Precondition of what this test shows: the hold's task outlived idle_timeout (else it proves nothing).
     assert waited[0]["event_data"]["duration"] > 2 * idle_timeout, waited[0]["event_data"]["duration"]
 
-    # Progress arrived as verbose events between the wait's task start and its result, timestamps included.
+    # Progress arrived as verbose events between the hold's task start and its result, timestamps included.
     progress = job.progress()
     start_index, ok_index = job.events.index(started[0]), job.events.index(waited[0])
     during = [event for event in progress if start_index < job.events.index(event) < ok_index]
@@ -249,7 +260,7 @@ def _state(sim_host, name):
 
 def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait_until):
     # 5001 must still hold the host when the others (each an ansible-runner start, seconds on a loaded machine)
-    # ask for it: its servers start slowly, since a relaunch is only three module calls.
+    # ask for it: its servers start slowly, since a relaunch is only one module call.
     slow = {"sglang_gpu_count": 2, "relaunch_state": "restarted",
             "sglang_env": sim_env(sim_host, SGLANG_SIM_TIME_SCALE="4")}
     first = AwxJob(sim_host, tmp_path, 5001, "playbooks/relaunch.yml", slow).start()
@@ -263,8 +274,8 @@ def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait
         job.join()
 
     assert first.status == "successful", first.tail()
-    launched = {server["name"]: server for server in first.results("runner_on_ok", "gpuops.sglang.wait")[0][
-        "event_data"]["res"]["servers"]}
+    launched = {server["name"]: server for server in first.waited()[0]["event_data"]["res"]["converged"]["wait"][
+        "servers"]}
     assert set(launched) == {"gpu0", "gpu1"}
     pids = {name: _state(sim_host, name)["pid"] for name in launched}
 
@@ -273,7 +284,7 @@ def test_two_awx_jobs_at_once_one_host_never_interleave(sim_host, tmp_path, wait
     failures = "\n".join(json.dumps(event["event_data"]["res"].get("msg")) for event in
                          impatient.results("runner_on_failed"))
     assert "AWX job 5001" in failures, failures
-    assert not impatient.results("runner_on_ok", "gpuops.sglang.server")
+    assert not impatient.results("runner_on_ok", "gpuops.sglang.server") and not impatient.waited()
     assert not impatient.results("runner_on_failed", "gpuops.sglang.server")
 
     # The patient job said who it waited for, then found everything running: nothing killed twice.
@@ -327,13 +338,15 @@ def test_a_canceled_awx_job_keeps_its_hold_until_its_lease_expires_or_is_taken_o
     canceled = AwxJob(sim_host, tmp_path, 4301, "playbooks/relaunch.yml",
                       survey_answers("relaunch.json", relaunch_state="restarted", sglang_gpu_count=2),
                       host_vars=slow).start()
-    wait_until(lambda: canceled.results("playbook_on_task_start", "gpuops.sglang.wait"), timeout=120,
+    # The hold stops, launches and waits in its one call: its progress lines say when it waits for the servers.
+    wait_until(lambda: any("0/2 ready" in event["stdout"] for event in canceled.progress()), timeout=120,
                what="job 4301 to wait for its servers")
     canceled.cancel().join()
     assert canceled.status == "canceled", canceled.tail()
-    assert not canceled.results("runner_on_ok", "gpuops.sglang.wait"), "canceled while waiting (else this shows nothing)"
+    assert not canceled.results("runner_on_ok", "gpuops.sglang.host_lock"), "canceled while waiting (else this " \
+        "shows nothing)"
     # ansible-playbook was killed: nothing after the wait ran, the `always` that gives the host back included.
-    assert not canceled.results("runner_on_ok", "gpuops.sglang.host_lock")[1:]
+    assert not canceled.results("playbook_on_task_start", "gpuops.sglang.wait")
     lease_path = sim_host.dir / "state" / "run.json"
     lease = json.loads(lease_path.read_text())
     assert lease["awx_job_id"] == "4301"

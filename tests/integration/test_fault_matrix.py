@@ -389,9 +389,11 @@ def test_ctrl_c_says_what_goes_on_on_the_host_and_the_history_keeps_the_run(sim_
     reader.join(timeout=10)
     output = " ".join("".join(lines).split())
     assert "User interrupted execution" in output, output[-3000:]
-    assert ("Interrupted in 'gpuops.sglang.relaunch : Wait until the launched servers are ready': on each host where it "
-            "had begun, the servers go on starting on their own; nothing is stopped. playbooks/status.yml shows how far "
-            "they got") in output, output[-3000:]
+    # A relaunch is one call: the hold stopped, launched and was waiting.
+    assert ("Interrupted in 'gpuops.sglang.relaunch : Hold the host for this run': on each host where it had begun, "
+            "what it began goes on there: a server sequence it started (stop, verify GPU memory, launch) finishes "
+            "every server it began, detached, and the servers go on starting on their own; nothing is stopped. "
+            "playbooks/status.yml shows how far they got") in output, output[-3000:]
     gate.touch()
     wait_until(lambda: all(healthy(server["port"]) for server in servers), timeout=120,
                what="the servers to become ready on their own")

@@ -13,7 +13,7 @@ def summary(result):
 def server_actions(result):
     """{name: action} of the servers the run's server calls acted on or left as they were (not those deferred to a
     later call)."""
-    return {server["name"]: server["action"] for task in result.task("Bring servers") for server in task.get("servers", [])
+    return {server["name"]: server["action"] for task in result.server_answers() for server in task.get("servers", [])
             if server["action"] != "deferred"}
 
 
@@ -22,16 +22,18 @@ def state_pid(sim_host, name):
         return json.load(handle)["pid"]
 
 
-def test_relaunch_converges_in_three_module_calls_and_is_idempotent(sim_host):
+def test_relaunch_converges_in_one_module_call_and_is_idempotent(sim_host):
     first = sim_host.run("relaunch")
     assert first.rc == 0, summary(first) if first.report else first.stdout
-    # One host, 8 servers: every server is handled by one call of each module (the server call writes the
-    # scripts); the run holds the host from the first call (which also reports the GPUs) to the last (the wait,
-    # which gives it back).
-    assert first.module_calls() == ["gpuops.sglang.host_lock", "gpuops.sglang.server", "gpuops.sglang.wait"]
+    # One host, 8 servers, one module call: the hold reports the GPUs, plans the servers, writes their scripts,
+    # launches them as the server call would (its job), waits for them as the wait would and gives the host back.
+    assert first.module_calls() == ["gpuops.sglang.host_lock"]
     [hold] = [task for task in first.task("Hold the host") if task.get("action") == "gpuops.sglang.host_lock"]
     assert len(hold["gpus"]) == 8, "the hold reported the host's GPUs"
-    assert first.task("Wait until the launched servers are ready")[0]["released"] is True
+    assert hold["changed"] and hold["converged"]["acted"] is True
+    assert {server["action"] for server in hold["converged"]["server"]["servers"]} == {"launched"}
+    assert all(script["changed"] for script in hold["converged"]["server"]["scripts"].values())
+    assert hold["converged"]["wait"]["released"] is True
     assert not os.path.exists(sim_host.dir / "state" / "run.json"), "the host was given back"
     lines = summary(first)
     assert lines[0] == "8/8 serving"
@@ -98,7 +100,7 @@ def test_a_changed_setting_relaunches_only_the_affected_server(sim_host):
     servers[1]["max_running_requests"] = 32
     changed = sim_host.run("relaunch", {"sglang_servers": servers})
     assert changed.rc == 0, summary(changed)
-    scripts = changed.task("Bring servers")[0]["scripts"]
+    scripts = changed.server_answers()[0]["scripts"]
     assert [name for name, script in sorted(scripts.items()) if script["changed"]] == ["s1"]
     assert server_actions(changed) == {"s0": "unchanged", "s1": "relaunched", "s2": "unchanged"}
     assert state_pid(sim_host, "s0") == pids["s0"] and state_pid(sim_host, "s2") == pids["s2"]

@@ -111,7 +111,7 @@ def test_a_canary_of_one_leaves_the_others_untouched_and_is_rolled_back(sim_host
 
 def server_actions(result):
     """{name: action} of each server module call of a run, one dict per call."""
-    return [{server["name"]: server["action"] for server in task["servers"]} for task in result.task("Bring servers")
+    return [{server["name"]: server["action"] for server in task["servers"]} for task in result.server_answers()
             if task.get("servers")]
 
 
@@ -186,7 +186,7 @@ def test_a_new_topology_goes_to_one_server_first_and_batch_by_batch(sim_host, mo
     move = sim_host.run("relaunch", {"sglang_servers": moved})
     assert move.rc == 0, move.stdout
     assert server_actions(move) == [{"a0": "relaunched", "a1": "relaunched"}]
-    assert [task["canary"] for task in move.task("Bring servers") if task.get("servers")] == [[]]
+    assert [task["canary"] for task in move.server_answers() if task.get("servers")] == [[]]
 
 
 def test_a_rollback_that_fails_too_is_reported_not_retried_and_a_server_without_one_is_left_stopped(
@@ -217,7 +217,7 @@ def test_a_server_killed_from_outside_that_fails_to_start_again_is_no_failed_new
     os.rename(os.path.join(model_dir, "config.json"), os.path.join(model_dir, "config.json.away"))
     again = sim_host.run("relaunch", {"sglang_gpu_count": 1})
     assert again.rc != 0
-    [acted] = again.task("Bring servers")[0]["servers"]
+    [acted] = again.server_answers()[0]["servers"]
     assert acted["action"] == "launched" and "script_changed" not in acted, "started again as it was"
     headline = summary(again)[0]
     assert headline.startswith("0/1 serving - gpu0 failed: crashed in ") and "new configuration" not in headline

@@ -135,9 +135,16 @@ def test_every_module_call_of_the_playbooks_is_one_pct_exec(host):
     relaunch, commands = playbook(host, "playbooks/relaunch.yml", "-e", "relaunch_state=restarted")
     assert relaunch.returncode == 0, output(relaunch)
     runs = pipelined_runs(commands)
+    # The whole relaunch is the hold's call, one pct exec per slice (each printed a progress line after its first).
+    assert set(runs) == {"host_lock"} and runs["host_lock"] >= 2, runs
+    assert runs["host_lock"] >= len(WAIT_PROGRESS.findall(relaunch.stdout)) >= 1, (runs, relaunch.stdout)
+    # With --diff the role's own calls show the scripts' diffs: the server and the wait, each in slices too.
+    diff, commands = playbook(host, "playbooks/relaunch.yml", "-e", "relaunch_state=restarted", "--diff")
+    assert diff.returncode == 0, output(diff)
+    runs = pipelined_runs(commands)
     # One pct exec per wait slice: each slice printed its progress line.
-    assert runs["wait"] == len(WAIT_PROGRESS.findall(relaunch.stdout)) >= 2, (runs, relaunch.stdout)
-    assert runs["server"] >= 1 and runs["host_lock"] >= 1, runs
+    assert runs["wait"] == len(WAIT_PROGRESS.findall(diff.stdout)) >= 2, (runs, diff.stdout)
+    assert runs["server"] >= 1 and runs["host_lock"] == 1, runs
     seen = set(runs)
     for name in ("playbooks/relaunch.yml", "playbooks/status.yml", "playbooks/deploy.yml"):  # nothing to change
         process, commands = playbook(host, name)
@@ -168,7 +175,7 @@ def test_api_key_and_eight_scripts_arrive_intact_and_the_key_is_never_shown(host
 
     relaunch, commands = playbook(host, "playbooks/relaunch.yml", *key, "-e", "relaunch_state=restarted", "-vvv")
     assert relaunch.returncode == 0, output(relaunch)[-20000:]
-    assert pipelined_runs(commands)["server"] >= 1
+    assert set(pipelined_runs(commands)) == {"host_lock"}, "the relaunch in the hold's one call"
     assert api_key not in output(relaunch)
     # Served with the key: the wait's health probes and /get_server_info were authenticated.
     assert "8/8 serving" in relaunch.stdout

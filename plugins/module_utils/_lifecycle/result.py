@@ -14,6 +14,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.naming import (
     STEP_FAILED,
     state_file,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.secrets import scrub_text
 
 
 def _describe_before(run):
@@ -183,3 +184,11 @@ def interrupted_summary(record):
     return {"job_id": record["job_id"], "run_id": record.get("run_id"), "status": record["status"],
             "started": record.get("started"), "finished": record.get("finished"),
             "down": outcome.get("down") or [], "servers": servers, "msg": outcome.get("msg")}
+
+
+def scrub_failure_words(module_result, secrets):
+    """The one place the words of a failure leave the host (the worker's own included): scrubbed here, in place."""
+    for key in ("msg", "traceback"):
+        if module_result.get(key):
+            module_result[key] = scrub_text(module_result[key], secrets)
+    return module_result

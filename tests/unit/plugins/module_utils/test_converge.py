@@ -3,6 +3,7 @@
 import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.converge import (
     chosen_candidate,
+    deferred_by,
     settled,
 )
 
@@ -62,3 +63,13 @@ def test_a_plan_with_every_server_unchanged_and_nothing_to_write_is_settled():
 ], ids=["relaunch", "launch", "error", "script", "unit", "removed", "stale"])
 def test_anything_the_server_call_would_do_is_not_settled(changes, why):
     assert why in settled(_planned(**changes))
+
+
+def test_one_call_may_relaunch_unless_a_canary_or_the_batch_size_defers_servers():
+    relaunching = _planned(servers=[{"name": "gpu0", "action": "relaunched", "error": None},
+                                    {"name": "gpu1", "action": "launched", "error": None}])
+    assert deferred_by(relaunching) is None and deferred_by(_planned()) is None
+    canary = _planned(servers=[{"name": "gpu0", "action": "relaunched", "error": None},
+                               {"name": "gpu1", "action": "deferred", "error": None},
+                               {"name": "gpu2", "action": "deferred", "error": None}])
+    assert deferred_by(canary) == "servers deferred until others are up: gpu1, gpu2"
