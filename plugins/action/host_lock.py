@@ -76,9 +76,10 @@ class ActionModule(SlicedAction):
     def progress_line(self, host, answer):
         converged = answer.get("converged")
         if converged:  # the server and wait calls' lines, as their own calls would print them
-            if converged.get("wait", {}).get("servers"):
-                return format_wait_progress(host, converged["wait"]["servers"])
-            return format_server_progress(host, converged["server"].pop("progress", None))
+            waited = (converged.get("wait") or {}).get("servers")
+            lines = [format_server_progress(host, converged.pop("progress", None)),
+                     format_wait_progress(host, waited) if waited else None]
+            return "\n".join(line for line in lines if line) or None
         return f"{host}: waiting for the host, held by {answer['holder_text']}" if answer.get("holder_text") else None
 
     def next_args(self, answer, module_args):

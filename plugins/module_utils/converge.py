@@ -70,14 +70,16 @@ def _shared(params, spec):
     return {key: params[key] for key in spec if key in params and params[key] is not None}
 
 
-def wait_params(params, servers, run_id, acted):
-    """The wait's options; after servers were relaunched (``acted``), a failure keeps the hold for the rollback when the
-    role asks (its server call would pass hold_on_failure too)."""
+def wait_params(params, servers, run_id, acted, release=True, slice_end=None):
+    """The wait's options. After servers were relaunched (``acted``), a failure keeps the hold for the rollback when
+    the role asks (its server call would pass hold_on_failure too); ``release`` False keeps it for the role's next
+    batches; ``slice_end``: what is left of this call's slice is the wait's."""
     converge = params["converge"]
+    interval = max(0.1, slice_end - time.time()) if slice_end else params["progress_interval"]
     return _validated(argument_specs.WAIT_ARGUMENT_SPEC, dict(
-        _shared(params, argument_specs.WAIT_ARGUMENT_SPEC), servers=servers, run_id=run_id, release_run=True,
+        _shared(params, argument_specs.WAIT_ARGUMENT_SPEC), servers=servers, run_id=run_id, release_run=release,
         hold_on_failure=acted and converge["hold_on_failure"], timeout=converge["timeout"],
-        stall_timeout=converge["stall_timeout"], kill_stalled=converge["kill_stalled"]))
+        stall_timeout=converge["stall_timeout"], kill_stalled=converge["kill_stalled"], progress_interval=interval))
 
 
 def settled(planned):
@@ -102,10 +104,10 @@ def deferred_by(planned):
 
 
 def look(params, held, run_id, slice_end):
-    """``{"server": ..., "wait": ..., "candidate": ...}`` (the answers of both calls) for a host that runs what the run
-    asks - or, with ``act``, once it was made to - with ``carry`` while either goes on (``follow``); else
-    ``{"needed": why}`` and nothing was touched. ``held``: what the hold read (``sglang``; ``gpus``, the plan's GPUs
-    when there); ``slice_end``: when this call answers at the latest (time.time())."""
+    """``{"server": ..., "wait": ..., "candidate": ..., "acted": ...}`` (the answers of both calls) for a host that
+    runs what the run asks - or, with ``act``, once it was made to - with ``carry`` while either goes on (``follow``);
+    else ``{"needed": why}`` and nothing was touched. ``held``: what the hold read (``sglang``; ``gpus``, the plan's
+    GPUs when there); ``slice_end``: when this call answers at the latest (time.time())."""
     converge = params["converge"]
     candidate = chosen_candidate(converge["candidates"], held["sglang"])
     if candidate is None:
@@ -115,7 +117,7 @@ def look(params, held, run_id, slice_end):
         server_params = _validated(SERVER_ARGUMENT_SPEC, dict(
             _shared(params, SERVER_ARGUMENT_SPEC), **converge["server"], servers=converge["servers"],
             scripts=candidate["scripts"], required_paths=converge["required_paths"],
-            secrets=secrets_of(candidate["scripts"], converge["secrets"]), state=converge["state"], run_id=run_id))
+            secrets=_secrets(params, index), state=converge["state"], run_id=run_id))
         planned = ServerControl(server_params, check_mode=True, gpus=held.get("gpus")).apply(0)
     except (ServerControlError, ValueError) as exc:
         return {"needed": str(exc)}
@@ -123,58 +125,93 @@ def look(params, held, run_id, slice_end):
     if why is None:
         for key in ("diff", "script_diffs"):
             planned.pop(key, None)
-        return _then_wait(params, planned, index, run_id, acted=False)
+        return _then_wait(params, planned, index, run_id, acted=False, slice_end=slice_end)
     deferred = deferred_by(planned)
     if not converge["act"] or deferred:
         return {"needed": deferred or why}
-    try:
-        done = ServerControl(server_params, gpus=held.get("gpus")).apply(max(0.0, slice_end - time.time()))
-    except ServerControlError as exc:  # refused before anything was touched (the host lock, the run's lease)
-        return {"needed": str(exc)}
-    return _after_server(params, done, index, run_id, server_params["secrets"])
+    return _acting(index, server_params["secrets"], lambda: _after_server(
+        params, ServerControl(server_params, gpus=held.get("gpus")).apply(max(0.0, slice_end - time.time())), index,
+        run_id, slice_end))
 
 
 def follow(params, carry, run_id):
     """The next slice of what ``look`` began: the server call's job, or the wait."""
+    slice_end = time.time() + params["progress_interval"]
+    candidate = carry["candidate"]
     if "job" in carry:
-        done = host_job.follow_result(params["state_dir"], carry["job"]["job"],
-                                      time.time() + params["progress_interval"], carry["job"].get("events_seen", 0),
-                                      run_id)
-        return _after_server(params, done, carry["candidate"], run_id,
-                             secrets_of(params["converge"]["candidates"][carry["candidate"]]["scripts"],
-                                        params["converge"]["secrets"]))
-    acted = carry.get("acted", False)
-    waited = wait_slice(wait_params(params, carry["servers"], run_id, acted), carry=carry["wait"])
-    return _answer(carry["server"], waited, carry["servers"], carry["candidate"], acted)
+        return _acting(candidate, _secrets(params, candidate), lambda: _after_server(
+            params, host_job.follow_result(params["state_dir"], carry["job"]["job"], slice_end,
+                                           carry["job"].get("events_seen", 0), run_id),
+            candidate, run_id, slice_end))
+    waited = _waited(params, carry["servers"], run_id, carry["acted"], carry["release"], None, carry["wait"],
+                     _secrets(params, candidate))
+    return _answer(carry["server"], waited, carry["servers"], candidate, carry["acted"], carry["release"])
 
 
-def _after_server(params, done, candidate, run_id, secrets):
-    """The server call's job ended (then its launches are waited for), or goes on (``carry``)."""
+def _secrets(params, candidate):
+    """What the scripts of ``candidate`` hide, as gpuops.sglang.server reckons it from its scripts."""
+    converge = params["converge"]
+    return secrets_of(converge["candidates"][candidate]["scripts"], converge["secrets"])
+
+
+def _acting(candidate, secrets, step):
+    """``step()`` of a relaunch this call began. Its errors are the server call's answer, as that module gives them
+    (scrubbed: never a raw traceback, which could quote a command line); the role fails the run with it inside the
+    block that gives the host back."""
+    try:
+        return step()
+    except ServerControlError as exc:
+        server = dict(exc.details, msg=str(exc))
+    except host_job.JobError as exc:
+        server = {"msg": str(exc)}
+    except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
+        server = {"msg": f"unexpected {type(exc).__name__}: {exc}"}
+    return {"server": scrub_failure_words(server, secrets), "candidate": candidate, "acted": True}
+
+
+def _after_server(params, done, candidate, run_id, slice_end):
+    """The server call's job ended (then what it launched is waited for, as the role waits for a batch, also when
+    another server of it failed), or goes on (``carry``)."""
+    progress = done.pop("progress", None)
     if "carry" in done:
-        return {"server": done, "candidate": candidate, "acted": True,
+        return {"server": done, "candidate": candidate, "acted": True, "progress": progress,
                 "carry": {"job": done.pop("carry"), "candidate": candidate}}
-    for key in ("diff", "script_diffs", "progress"):
+    for key in ("diff", "script_diffs"):
         done.pop(key, None)
-    scrub_failure_words(done, secrets)
+    scrub_failure_words(done, _secrets(params, candidate))
     launched = [server for server in done.get("servers") or []
                 if not server.get("error") and server["action"] != "deferred"]
-    if done.get("failed") or not launched:
-        return {"server": done, "candidate": candidate, "acted": True}
-    return _then_wait(params, done, candidate, run_id, acted=True, servers=launched)
+    if not launched:
+        return {"server": done, "candidate": candidate, "acted": True, "progress": progress}
+    # The plan of the locked host deferred servers (a canary) where the read-only one had not (an earlier run's job
+    # ended in between): the hold stays for the role's next batches.
+    answer = _then_wait(params, done, candidate, run_id, acted=True, servers=launched,
+                        release=deferred_by(done) is None, slice_end=slice_end)
+    return dict(answer, progress=progress)
 
 
-def _then_wait(params, planned, candidate, run_id, acted, servers=None):
+def _then_wait(params, planned, candidate, run_id, acted, slice_end, servers=None, release=True):
     servers = [{key: server[key] for key in _WAIT_SERVER_KEYS} for server in servers or planned["servers"]]
     try:
-        waited = wait_slice(wait_params(params, servers, run_id, acted))
+        waited = wait_slice(wait_params(params, servers, run_id, acted, release, slice_end))
     except (ValueError, RunLockError) as exc:
         if not acted:
             return {"needed": str(exc)}
         waited = {"msg": str(exc)}  # the servers were relaunched: the role fails the run with this, as its wait would
-    return _answer(planned, waited, servers, candidate, acted)
+    return _answer(planned, waited, servers, candidate, acted, release)
 
 
-def _answer(planned, waited, servers, candidate, acted):
+def _waited(params, servers, run_id, acted, release, slice_end, carry, secrets):
+    """A later slice of the wait; its errors are the wait's answer (the role fails the run with it)."""
+    try:
+        return wait_slice(wait_params(params, servers, run_id, acted, release, slice_end), carry=carry)
+    except (ValueError, RunLockError) as exc:
+        return {"msg": str(exc)}
+    except Exception as exc:  # noqa: BLE001  # pylint: disable=broad-except
+        return scrub_failure_words({"msg": f"unexpected {type(exc).__name__}: {exc}"}, secrets)
+
+
+def _answer(planned, waited, servers, candidate, acted, release):
     """``candidate``: the index of the scripts the host runs, among the request's candidates."""
     # A server that is not ready fails the wait's task only through the role (after the summary), as in its own call.
     waited.pop("failed", None)
@@ -182,5 +219,5 @@ def _answer(planned, waited, servers, candidate, acted):
     answer = {"server": planned, "wait": waited, "candidate": candidate, "acted": acted}
     if carry is not None:
         answer["carry"] = {"wait": carry, "servers": servers, "server": planned, "candidate": candidate,
-                           "acted": acted}
+                           "acted": acted, "release": release}
     return answer

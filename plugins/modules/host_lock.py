@@ -371,7 +371,9 @@ def _converge():
 def _exit_converged(module, held, answer):
     """The hold with the server and wait calls' answers (``converged``); with ``carry`` while either goes on."""
     carry = answer.pop("carry", None)
-    result = dict(held, changed=bool(answer["acted"] and answer["server"].get("changed")), converged=answer)
+    # Changed: what the server job did, or what the wait did (a stalled server it killed).
+    changed = bool(answer["acted"] and answer["server"].get("changed") or (answer.get("wait") or {}).get("changed"))
+    result = dict(held, changed=changed, converged=answer)
     if carry is not None:
         result["carry"] = {"converge": carry, "held": held}
     module.exit_json(**result)

@@ -46,12 +46,13 @@ GOES_ON = {
                           "how far they got; the next relaunch takes over this run's hold, and playbooks/history.yml "
                           "shows this run as not waited for",
     "gpuops.sglang.probe": "the probe's load ends on its own at the end of its duration; the servers keep serving",
-    # A relaunch in the hold's one call (module_utils/converge.py): the server sequence, then the wait.
-    "gpuops.sglang.host_lock": "what it began goes on there: a server sequence it started (stop, verify GPU memory, "
-                               "launch) finishes every server it began, detached, and the servers go on starting on "
-                               "their own; nothing is stopped. playbooks/status.yml shows how far they got; the next "
-                               "relaunch takes over this run's hold, and playbooks/history.yml shows what this run "
-                               "changed",
+    # A relaunch in the hold's one call (module_utils/converge.py): the server sequence, then the wait. A hold that
+    # was still waiting for the host, or a release, began nothing.
+    "gpuops.sglang.host_lock": "a relaunch it began goes on there: the server sequence it started (stop, verify GPU "
+                               "memory, launch) finishes every server it began, detached, and the servers go on "
+                               "starting on their own; nothing is stopped. playbooks/status.yml shows how far they "
+                               "got; the next relaunch takes over this run's hold, and playbooks/history.yml shows "
+                               "what this run changed",
 }
 
 

@@ -59,6 +59,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_history',
     'relaunch_history_jobs',
     'relaunch_history_last',
+    'relaunch_hold_deferred',
     'relaunch_interrupted_runs',
     'relaunch_job',
     'relaunch_journal',

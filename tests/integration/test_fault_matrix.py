@@ -279,11 +279,13 @@ def test_a_full_disk_fails_naming_the_path_and_enospc_before_any_server_is_stopp
     fill(script_dir)
     full = sim_host.run("relaunch", {"sglang_servers": servers, "relaunch_state": "restarted"})
     assert full.rc != 0
-    [bring] = full.task("Bring servers")
-    assert bring["failed"]
+    # The relaunch is the hold's call: its server job refused, and the run fails with its message.
+    [refused] = full.task("the hold's relaunch answered")
+    assert refused["failed"]
     assert re.search(r"cannot write " + re.escape(script_dir) + r"/s[01]\.sh: .*No space left on device",
-                     bring["msg"]), bring["msg"]
+                     refused["msg"]), refused["msg"]
     assert_untouched(pids, state_dir)
+    assert not (state_dir / "run.json").exists(), "the host was given back after the refusal"
     subprocess.run(["umount", script_dir], check=True)
 
     # The state directory fills up: the module fails before it stops anything.
@@ -391,8 +393,8 @@ def test_ctrl_c_says_what_goes_on_on_the_host_and_the_history_keeps_the_run(sim_
     assert "User interrupted execution" in output, output[-3000:]
     # A relaunch is one call: the hold stopped, launched and was waiting.
     assert ("Interrupted in 'gpuops.sglang.relaunch : Hold the host for this run': on each host where it had begun, "
-            "what it began goes on there: a server sequence it started (stop, verify GPU memory, launch) finishes "
-            "every server it began, detached, and the servers go on starting on their own; nothing is stopped. "
+            "a relaunch it began goes on there: the server sequence it started (stop, verify GPU memory, launch) "
+            "finishes every server it began, detached, and the servers go on starting on their own; nothing is stopped. "
             "playbooks/status.yml shows how far they got") in output, output[-3000:]
     gate.touch()
     wait_until(lambda: all(healthy(server["port"]) for server in servers), timeout=120,
