@@ -22,6 +22,7 @@ Python 3.10 or later (zipimport's exec_module); on older hosts nothing changes. 
 module_utils (Ansible ships the package's own ``__init__.py`` empty): being imported installs it.
 """
 
+import functools
 import hashlib
 import importlib.util
 import marshal
@@ -113,17 +114,26 @@ class CachingZipImporter(zipimport.zipimporter):
         return super().get_code(fullname)
 
 
+def cache_key(source):
+    """The name of the compiled code of ``source`` (bytes) for this Python: its bytecode version, its optimization
+    level and the source text."""
+    return hashlib.sha256(importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize]) + source).hexdigest()
+
+
+def _header(key):
+    return _HEADER + key.encode() + b"\n"
+
+
 class _Cache:
     """Compiled code by its source, in a directory only this user can write; compiles when it cannot be used."""
 
     def __init__(self, directory):
         self._directory = directory
-        self._fd = None
-        self._opened = False
+        self._files = None  # how many of our files the directory holds, counted at the first write of the call
 
     def compiled(self, source, filename):
-        key = hashlib.sha256(importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize]) + source).hexdigest()
-        fd = self._dir_fd()
+        key = cache_key(source)
+        fd = self._dir_fd
         if fd is not None:
             code = self._read(fd, key)
             if code is not None:
@@ -133,12 +143,10 @@ class _Cache:
             self._write(fd, key, code)
         return code
 
+    @functools.cached_property
     def _dir_fd(self):
         """The cache directory, opened once per module call, or None when it is not this user's alone."""
-        if not self._opened:
-            self._opened = True
-            self._fd = _private_dir_fd(self._directory) if self._directory else None
-        return self._fd
+        return _private_dir_fd(self._directory) if self._directory else None
 
     @staticmethod
     def _read(fd, key):
@@ -153,7 +161,7 @@ class _Cache:
                     or status.st_mode & 0o022:
                 return None
             data = handle.read()
-        header = _HEADER + key.encode() + b"\n"
+        header = _header(key)
         if not data.startswith(header):
             return None
         try:
@@ -162,16 +170,19 @@ class _Cache:
             return None
         return code if isinstance(code, types.CodeType) else None
 
-    @staticmethod
-    def _write(fd, key, code):
+    def _write(self, fd, key, code):
         temporary = f".{key}.{os.getpid()}"
         try:
-            if sum(1 for name in os.listdir(fd) if _OUR_NAMES.fullmatch(name)) >= MAX_FILES:
+            if self._files is None:
+                self._files = sum(1 for name in os.listdir(fd) if _OUR_NAMES.fullmatch(name))
+            if self._files >= MAX_FILES:
                 _empty(fd)
+                self._files = 0
             file_fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=fd)
             with os.fdopen(file_fd, "wb") as handle:
-                handle.write(_HEADER + key.encode() + b"\n" + marshal.dumps(code))
+                handle.write(_header(key) + marshal.dumps(code))
             os.replace(temporary, key, src_dir_fd=fd, dst_dir_fd=fd)
+            self._files += 1
         except OSError:
             try:
                 os.unlink(temporary, dir_fd=fd)

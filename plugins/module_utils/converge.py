@@ -70,12 +70,12 @@ def _shared(params, spec):
     return {key: params[key] for key in spec if key in params and params[key] is not None}
 
 
-def wait_params(params, servers, run_id, acted, release=True, slice_end=None):
+def wait_params(params, servers, run_id, acted, release, slice_end):
     """The wait's options. After servers were relaunched (``acted``), a failure keeps the hold for the rollback when
     the role asks (its server call would pass hold_on_failure too); ``release`` False keeps it for the role's next
     batches; ``slice_end``: what is left of this call's slice is the wait's."""
     converge = params["converge"]
-    interval = max(0.1, slice_end - time.time()) if slice_end else params["progress_interval"]
+    interval = max(0.1, slice_end - time.time())
     return _validated(argument_specs.WAIT_ARGUMENT_SPEC, dict(
         _shared(params, argument_specs.WAIT_ARGUMENT_SPEC), servers=servers, run_id=run_id, release_run=release,
         hold_on_failure=acted and converge["hold_on_failure"], timeout=converge["timeout"],
@@ -122,29 +122,31 @@ def look(params, held, run_id, slice_end):
     except (ServerControlError, ValueError) as exc:
         return {"needed": str(exc)}
     why = settled(planned) or ("an interrupted run to report" if host_job.unreported(params["state_dir"]) else None)
+    secrets = server_params["secrets"]
     if why is None:
         for key in ("diff", "script_diffs"):
             planned.pop(key, None)
-        return _then_wait(params, planned, index, run_id, acted=False, slice_end=slice_end)
+        return _then_wait(params, planned, index, run_id, secrets, slice_end, acted=False)
     deferred = deferred_by(planned)
     if not converge["act"] or deferred:
         return {"needed": deferred or why}
-    return _acting(index, server_params["secrets"], lambda: _after_server(
+    return _acting(index, secrets, lambda: _after_server(
         params, ServerControl(server_params, gpus=held.get("gpus")).apply(max(0.0, slice_end - time.time())), index,
-        run_id, slice_end))
+        run_id, secrets, slice_end))
 
 
 def follow(params, carry, run_id):
     """The next slice of what ``look`` began: the server call's job, or the wait."""
     slice_end = time.time() + params["progress_interval"]
     candidate = carry["candidate"]
+    secrets = _secrets(params, candidate)
     if "job" in carry:
-        return _acting(candidate, _secrets(params, candidate), lambda: _after_server(
+        return _acting(candidate, secrets, lambda: _after_server(
             params, host_job.follow_result(params["state_dir"], carry["job"]["job"], slice_end,
                                            carry["job"].get("events_seen", 0), run_id),
-            candidate, run_id, slice_end))
-    waited = _waited(params, carry["servers"], run_id, carry["acted"], carry["release"], None, carry["wait"],
-                     _secrets(params, candidate))
+            candidate, run_id, secrets, slice_end))
+    waited = _wait(params, carry["servers"], run_id, carry["acted"], carry["release"], slice_end, secrets,
+                   carry["wait"])
     return _answer(carry["server"], waited, carry["servers"], candidate, carry["acted"], carry["release"])
 
 
@@ -169,7 +171,7 @@ def _acting(candidate, secrets, step):
     return {"server": scrub_failure_words(server, secrets), "candidate": candidate, "acted": True}
 
 
-def _after_server(params, done, candidate, run_id, slice_end):
+def _after_server(params, done, candidate, run_id, secrets, slice_end):
     """The server call's job ended (then what it launched is waited for, as the role waits for a batch, also when
     another server of it failed), or goes on (``carry``)."""
     progress = done.pop("progress", None)
@@ -178,31 +180,30 @@ def _after_server(params, done, candidate, run_id, slice_end):
                 "carry": {"job": done.pop("carry"), "candidate": candidate}}
     for key in ("diff", "script_diffs"):
         done.pop(key, None)
-    scrub_failure_words(done, _secrets(params, candidate))
+    scrub_failure_words(done, secrets)
     launched = [server for server in done.get("servers") or []
                 if not server.get("error") and server["action"] != "deferred"]
     if not launched:
         return {"server": done, "candidate": candidate, "acted": True, "progress": progress}
     # The plan of the locked host deferred servers (a canary) where the read-only one had not (an earlier run's job
     # ended in between): the hold stays for the role's next batches.
-    answer = _then_wait(params, done, candidate, run_id, acted=True, servers=launched,
-                        release=deferred_by(done) is None, slice_end=slice_end)
+    answer = _then_wait(params, done, candidate, run_id, secrets, slice_end, acted=True, servers=launched,
+                        release=deferred_by(done) is None)
     return dict(answer, progress=progress)
 
 
-def _then_wait(params, planned, candidate, run_id, acted, slice_end, servers=None, release=True):
+def _then_wait(params, planned, candidate, run_id, secrets, slice_end, acted, servers=None, release=True):
+    """The wait's first slice, for ``servers`` (else every server of the plan: a host left as it runs)."""
     servers = [{key: server[key] for key in _WAIT_SERVER_KEYS} for server in servers or planned["servers"]]
-    try:
-        waited = wait_slice(wait_params(params, servers, run_id, acted, release, slice_end))
-    except (ValueError, RunLockError) as exc:
-        if not acted:
-            return {"needed": str(exc)}
-        waited = {"msg": str(exc)}  # the servers were relaunched: the role fails the run with this, as its wait would
+    waited = _wait(params, servers, run_id, acted, release, slice_end, secrets)
+    if not acted and "servers" not in waited:  # nothing was touched: the role's own calls say it
+        return {"needed": waited["msg"]}
     return _answer(planned, waited, servers, candidate, acted, release)
 
 
-def _waited(params, servers, run_id, acted, release, slice_end, carry, secrets):
-    """A later slice of the wait; its errors are the wait's answer (the role fails the run with it)."""
+def _wait(params, servers, run_id, acted, release, slice_end, secrets, carry=None):
+    """A slice of the wait. Its errors are its answer (``msg``, scrubbed): after a relaunch, the role fails the run
+    with it, as its wait task would."""
     try:
         return wait_slice(wait_params(params, servers, run_id, acted, release, slice_end), carry=carry)
     except (ValueError, RunLockError) as exc:

@@ -526,9 +526,7 @@ import time
 
 import ansible_collections.gpuops.sglang.plugins.module_utils._bytecode_cache  # noqa: F401  pylint: disable=unused-import
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.sglang.plugins.module_utils import (
-    host_job,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils import host_job
 from ansible_collections.gpuops.sglang.plugins.module_utils._lifecycle.job import (
     ServerControl,
 )

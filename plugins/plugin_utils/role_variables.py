@@ -20,6 +20,7 @@ KNOWN_VARIABLES = frozenset((
     'relaunch_contact',
     'relaunch_converge_acts',
     'relaunch_converge_eligible',
+    'relaunch_converge_plain',
     'relaunch_converge_request',
     'relaunch_converged',
     'relaunch_done',

@@ -1,8 +1,6 @@
 """Our module_utils inside a payload are compiled once per host: a zip laid out as Ansible's AnsiballZ payload (the
 package's __init__.py shipped empty), imported by a fresh interpreter as a module would import it."""
 
-import hashlib
-import importlib.util
 import json
 import marshal
 import os
@@ -151,20 +149,16 @@ def test_a_directory_in_the_way_is_left_alone(tmp_path):
     assert not (tmp_path / "missing").exists()
 
 
-def _key(source):
-    return hashlib.sha256(importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize]) + source).hexdigest()
-
-
 @pytest.mark.parametrize("planted", ["not code", "a FIFO", "a hard link", "group-writable"])
 def test_a_file_at_a_key_that_is_not_our_code_alone_is_compiled_over(tmp_path, monkeypatch, planted):
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir(mode=0o700)
     source = b"X = 1\n"
-    key = _key(source)
+    key = _bytecode_cache.cache_key(source)
     target = cache_dir / key
     if planted == "not code":
-        target.write_bytes(_bytecode_cache._HEADER + key.encode() + b"\n" + marshal.dumps(42))
+        target.write_bytes(_bytecode_cache._header(key) + marshal.dumps(42))
     elif planted == "a FIFO":
         os.mkfifo(target, 0o600)
     else:
@@ -189,7 +183,7 @@ def test_a_full_cache_is_emptied_of_our_files_only(tmp_path, monkeypatch):
     for value in range(3):
         cache.compiled(f"X = {value}\n".encode(), "x.py")
     assert sorted(path.name for path in cache_dir.iterdir() if path.name != "notes.txt") == [
-        _key(b"X = 2\n")], "the two before were emptied out"
+        _bytecode_cache.cache_key(b"X = 2\n")], "the two before were emptied out"
     assert (cache_dir / "notes.txt").read_text() == "the operator's"
 
 
