@@ -14,6 +14,7 @@ candidate was rendered for, a request either call would refuse) is left to the r
 which say why.
 """
 
+import copy
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -58,8 +59,10 @@ def chosen_candidate(candidates, installed):
 
 
 def _validated(spec, values):
-    """``values`` with the defaults and types of ``spec``; raises ValueError naming what is wrong."""
-    validation = ArgumentSpecValidator(spec).validate(values)
+    """``values`` with the defaults and types of ``spec``; raises ValueError naming what is wrong. The validator
+    writes defaults into the spec it is given (a sub-option's dict): a copy, so the module's shared specs (and their
+    doc fragments) stay as written."""
+    validation = ArgumentSpecValidator(copy.deepcopy(spec)).validate(values)
     if validation.error_messages:
         raise ValueError("; ".join(validation.error_messages))
     return validation.validated_parameters
